@@ -1,0 +1,62 @@
+# ortlab — all set-up happens here, from a fresh clone:
+#   make test    create .venv, install (pinned torch via constraints.txt), run the suite
+#   make demo    create .venv, install, compile the model zoo, write the report
+#   make bench   create .venv, install, benchmark the zoo, write benchmarks/results.*
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+EXTRAS := cpu,zoo,notebook,test,dev
+APT_GET := $(shell command -v apt-get 2>/dev/null)
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo 2>/dev/null)
+
+.PHONY: install test lint demo bench graphviz browser clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
+	@touch $@
+
+# Graphviz's `dot` renders the graph views; installed with apt-get when missing.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  if [ -n "$(APT_GET)" ]; then \
+	    echo "Installing Graphviz (dot) with apt-get..."; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; \
+	  else \
+	    echo "Graphviz's 'dot' is missing and apt-get is not available."; \
+	    echo "Install Graphviz (https://graphviz.org/download/) and run make again."; exit 1; \
+	  fi; }
+
+# Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ -n "$(APT_GET)" ]; then \
+	    echo "Installing Chromium with apt-get..."; \
+	    $(SUDO) apt-get update -qq && \
+	    $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null || \
+	    echo "Chromium could not be installed: the browser tests will be skipped."; \
+	  else \
+	    echo "apt-get is not available: the browser tests will be skipped."; \
+	  fi; }
+
+lint: install
+	$(BIN)/ruff check ortlab tests benchmarks
+	$(BIN)/ruff format --check ortlab tests benchmarks
+
+test: install graphviz browser lint
+	@$(BIN)/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit code 5): the test selection is broken" >&2; exit 1; fi; \
+	exit $$rc
+
+demo: install graphviz
+	$(BIN)/ortlab demo --report reports/zoo_report.html
+
+bench: install
+	$(BIN)/ortlab bench --out benchmarks
+
+clean:
+	rm -rf $(VENV) reports artifacts .pytest_cache .ruff_cache

@@ -1,0 +1,27 @@
+"""The ortlab backend: partition -> export -> execute on ONNX Runtime.
+
+This package imports only torch, onnx, onnx_ir and onnxruntime; it knows nothing of
+notebooks. Everything it does is written into records (:mod:`ortlab.backend.records`).
+"""
+
+from __future__ import annotations
+
+from ortlab.backend._backend import OrtBackend, torch_compile_backend
+from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
+from ortlab.backend._support import OrtOperatorSupport
+from ortlab.backend.records import GraphRecord, PartitionRecord, SessionRecord, Verdict
+
+__all__ = [
+    # Backend
+    "OrtBackend",
+    "OrtBackendOptions",
+    "OrtExecutionProvider",
+    "torch_compile_backend",
+    # Support
+    "OrtOperatorSupport",
+    # Records
+    "GraphRecord",
+    "PartitionRecord",
+    "SessionRecord",
+    "Verdict",
+]

@@ -1,0 +1,279 @@
+"""OrtBackend: the ``"ortlab"`` torch.compile backend, its instance cache and registration.
+
+# NOTE: the path of one graph (see DESIGN.md):
+#
+#   Dynamo FX graph --(use_aot_autograd)--> AOTAutograd: forward / backward / inference
+#                   --(otherwise)---------> make_fx to ATen: inference
+#     -> verdicts (support) -> CapabilityBasedPartitioner -> fused_* -> OrtPartitionModule
+#     -> GraphRecord appended to backend.graphs
+#
+# Sessions are created lazily, on a partition's first call with a new input schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.fx
+
+from ortlab.backend import _options, _partition, _support, _torch_private, records
+
+logger = logging.getLogger(__name__)
+
+
+class OrtBackend:
+    """A torch.compile backend that runs ONNX-exportable subgraphs in ONNX Runtime.
+
+    Use an instance as the backend to keep access to its records::
+
+        backend = OrtBackend(OrtBackendOptions(...))
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        compiled(x)
+        backend.graphs, backend.partitions, backend.execution_count
+
+    Or pass ``backend="ortlab"`` (an instance shared by equal options is used).
+    """
+
+    _instance_cache_max_count: ClassVar[int] = 8
+    _instance_cache: ClassVar[list[OrtBackend]] = []
+
+    def __init__(
+        self, options: _options.OrtBackendOptions | Mapping[str, Any] | None = None
+    ) -> None:
+        self._options = _options.OrtBackendOptions.from_value(options)
+        self.execution_count = 0
+        """Partition executions in ONNX Runtime so far."""
+        self.graphs: list[records.GraphRecord] = []
+        """Every graph compiled, in compile order."""
+        self._modules: list[_partition.OrtPartitionModule] = []
+        self._warned_providers: set[str] = set()
+        self._warned_static = False
+        self._dump_counters: dict[str, int] = {}
+        self._aot: Callable[..., Any] | None = None
+
+    # -- public --------------------------------------------------------------------
+    @property
+    def options(self) -> _options.OrtBackendOptions:
+        return self._options
+
+    @property
+    def partitions(self) -> list[records.PartitionRecord]:
+        """Every partition across all graphs, in creation order."""
+        return [p for g in self.graphs for p in g.partitions]
+
+    @property
+    def sessions(self) -> list[records.SessionRecord]:
+        return [s for p in self.partitions for s in p.sessions]
+
+    def __call__(
+        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    ) -> Any:
+        """Dynamo backend entry point."""
+        if self._options.use_aot_autograd:
+            if self._aot is None:
+                self._aot = _torch_private.aot_autograd_backend(
+                    fw_compiler=functools.partial(self._compile_boxed, kind="forward"),
+                    bw_compiler=functools.partial(self._compile_boxed, kind="backward"),
+                    inference_compiler=functools.partial(
+                        self._compile_boxed, kind="inference"
+                    ),
+                    decompositions=_torch_private.onnx_friendly_decompositions(),
+                )
+            return self._aot(graph_module, example_inputs)
+        return self._compile_without_autograd(graph_module, example_inputs)
+
+    def compile(
+        self,
+        graph_module: torch.fx.GraphModule,
+        example_inputs: Sequence[Any] = (),
+        *,
+        kind: str = "inference",
+        check_requires_grad: bool = False,
+    ) -> torch.fx.GraphModule:
+        """Partitions an ATen-level graph; returns it with ``fused_*`` run by ORT."""
+        start = time.perf_counter()
+        support = _support.OrtOperatorSupport(
+            _torch_private.onnx_registry(), excluded_ops=self._options.excluded_ops
+        )
+        verdicts = [
+            support.verdict(n) for n in graph_module.graph.nodes if n.op == "call_function"
+        ]
+        support_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        partitioned, members = _partition.partition_graph(graph_module, support)
+        record = records.GraphRecord(
+            index=len(self.graphs),
+            kind=kind,
+            graph_module=graph_module,
+            compile_id=_torch_private.current_compile_id(),
+            partitioned=partitioned,
+            verdicts=verdicts,
+        )
+        for name, node_names in members:
+            eager = getattr(partitioned, name)
+            part = records.PartitionRecord(
+                name=name,
+                graph_index=record.index,
+                graph_kind=kind,
+                graph_module=eager,
+                node_names=node_names,
+            )
+            module = _partition.OrtPartitionModule(
+                eager,
+                part,
+                self,
+                check_requires_grad=check_requires_grad,
+                allow_freeze=kind == "inference",
+            )
+            setattr(partitioned, name, module)
+            self._modules.append(module)
+            record.partitions.append(part)
+        record.timings["support"] = support_seconds
+        record.timings["partition"] = time.perf_counter() - start
+        self.graphs.append(record)
+        self._check_static(graph_module)
+        logger.debug("compiled %r", record)
+        return partitioned
+
+    def clear_sessions(self) -> None:
+        """Drops every ONNX Runtime session; they are re-created on the next call."""
+        for module in self._modules:
+            module.clear_sessions()
+
+    def summary(self) -> dict[str, Any]:
+        """Counters over all records (for tables and one-line verdicts)."""
+        nodes = sum(g.node_count for g in self.graphs)
+        in_ort = sum(len(g.ort_node_names) for g in self.graphs)
+        return {
+            "graphs": len(self.graphs),
+            "partitions": len(self.partitions),
+            "sessions": len(self.sessions),
+            "nodes": nodes,
+            "nodes_in_ort": in_ort,
+            "nodes_eager": nodes - in_ort,
+            "executions": self.execution_count,
+            "failed_partitions": sum(1 for p in self.partitions if p.error),
+        }
+
+    def compile_timings(self) -> dict[str, float]:
+        """Seconds spent per compile step, summed over every graph and session."""
+        totals = dict.fromkeys(records.TIMING_STEPS, 0.0)
+        for g in self.graphs:
+            for k, v in g.timings.items():
+                totals[k] = totals.get(k, 0.0) + v
+        for s in self.sessions:
+            for k, v in s.timings.items():
+                totals[k] = totals.get(k, 0.0) + v
+        return totals
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (
+            f"OrtBackend(graphs={s['graphs']}, partitions={s['partitions']}, "
+            f"sessions={s['sessions']}, nodes_in_ort={s['nodes_in_ort']}/{s['nodes']}, "
+            f"executions={s['executions']})"
+        )
+
+    def _repr_html_(self) -> str:
+        from ortlab import _html
+
+        s = self.summary()
+        head = _html.table(tuple(s), [tuple(s.values())])
+        return _html.block(
+            "ortlab backend", head + "".join(g._repr_html_() for g in self.graphs)
+        )
+
+    # -- instance cache ------------------------------------------------------------
+    @staticmethod
+    def get_cached_instance_for_options(
+        options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
+    ) -> OrtBackend:
+        """The shared backend for these options (equal options -> same instance).
+
+        Options holding an ``onnxruntime.SessionOptions`` are never shared (it cannot be
+        compared). At most 8 instances are kept; the oldest is evicted.
+        """
+        resolved = _options.OrtBackendOptions.from_value(options)
+        cache = OrtBackend._instance_cache
+        if resolved.ort_session_options is None:
+            for backend in cache:
+                if backend._options == resolved:
+                    return backend
+        backend = OrtBackend(resolved)
+        if len(cache) >= OrtBackend._instance_cache_max_count:
+            cache.pop(0)
+        cache.append(backend)
+        return backend
+
+    @staticmethod
+    def clear_cached_instances() -> None:
+        OrtBackend._instance_cache.clear()
+
+    @staticmethod
+    def get_cached_instances() -> tuple[OrtBackend, ...]:
+        return tuple(OrtBackend._instance_cache)
+
+    # -- internals -----------------------------------------------------------------
+    def _compile_boxed(
+        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str
+    ) -> Callable[..., Any]:
+        partitioned = self.compile(graph_module, example_inputs, kind=kind)
+        return _torch_private.make_boxed(partitioned.forward)
+
+    def _compile_without_autograd(
+        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    ) -> Callable[..., Any]:
+        aten = _torch_private.lower_to_aten(
+            graph_module, example_inputs, _torch_private.onnx_friendly_decompositions()
+        )
+        partitioned = self.compile(
+            aten, example_inputs, kind="inference", check_requires_grad=True
+        )
+        return partitioned.forward
+
+    def _check_static(self, graph_module: torch.fx.GraphModule) -> None:
+        if self._options.dynamic_shapes is not True or self._warned_static:
+            return
+        for node in graph_module.graph.nodes:
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) or (
+                isinstance(val, torch.Tensor)
+                and any(isinstance(d, torch.SymInt) for d in val.shape)
+            ):
+                return
+        self._warned_static = True
+        warnings.warn(
+            "ortlab: dynamic_shapes=True but Dynamo captured this graph with static shapes, "
+            "so its ONNX models have fixed dims. Pass dynamic=True to torch.compile.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    def _dump(self, model_bytes: bytes, graph_module: torch.fx.GraphModule) -> tuple[str, ...]:
+        prefix = _partition.dump_prefix(self._options.dump_path)
+        if not prefix:
+            return ()
+        n = self._dump_counters.get(prefix, -1) + 1
+        self._dump_counters[prefix] = n
+        onnx_file, txt_file = f"{prefix}{n}.onnx", f"{prefix}{n}.txt"
+        with open(onnx_file, "wb") as f:
+            f.write(model_bytes)
+        with open(txt_file, "w", encoding="utf-8") as f:
+            f.write(str(graph_module.graph))
+        return onnx_file, txt_file
+
+
+def torch_compile_backend(
+    graph_module: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
+) -> Any:
+    """The function Dynamo calls for ``backend="ortlab"`` (and ``"onnxrt"``)."""
+    return OrtBackend.get_cached_instance_for_options(options)(graph_module, example_inputs)

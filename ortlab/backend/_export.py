@@ -1,0 +1,236 @@
+"""One partition's sub-GraphModule -> ``onnx.ModelProto`` (for one input schema).
+
+# NOTE: the default path translates the partition's FX graph directly, node by node,
+# from each node's ``meta["val"]`` (no re-tracing; milliseconds). Before translating:
+#
+#   copy graph  ->  [static: re-propagate concrete shapes]  ->  fill schema defaults
+#     ->  type promotion (skipped when every tensor has one floating dtype)
+#     ->  translate (torchlib)  ->  [freeze: params become initializers]
+#     ->  remove unused nodes  ->  serialize  ->  pre_ort_model_transforms
+#
+# The partition's own GraphModule is never modified: it stays the eager fallback and
+# what the views show. When the direct path is unavailable on this torch, or fails, the
+# public exporter (``torch.onnx.export(..., dynamo=True)``) re-traces the partition with
+# the call's concrete inputs (seconds, static shapes).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ortlab import errors
+from ortlab.backend import _torch_private
+
+if TYPE_CHECKING:
+    import onnx
+
+
+@dataclasses.dataclass
+class ExportedModel:
+    """The product of :func:`export_partition`."""
+
+    proto: onnx.ModelProto
+    method: str
+    timings: dict[str, float]
+    frozen_inputs: tuple[int, ...] = ()
+    """Placeholder positions baked into the model as initializers."""
+
+
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy whose nodes (and meta dicts) can be edited without touching ``gm``."""
+    graph = torch.fx.Graph()
+    value_remap: dict[torch.fx.Node, torch.fx.Node] = {}
+    out = graph.graph_copy(gm.graph, value_remap)
+    graph.output(out)
+    for old, new in value_remap.items():
+        new.meta = dict(old.meta)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _propagate_concrete_shapes(gm: torch.fx.GraphModule, args: Sequence[Any]) -> None:
+    """Replaces symbolic ``meta['val']`` with values for these concrete inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_args)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, fake_args):
+        node.meta["val"] = value
+
+
+def _fill_schema_defaults(gm: torch.fx.GraphModule) -> None:
+    """AOT graphs omit defaulted arguments (``amax(x)`` without ``dim``); torchlib's
+    functions may need them, so make them explicit from the op schema."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        extra = {}
+        for i, arg in enumerate(target._schema.arguments):
+            given = i < len(node.args) and not arg.kwarg_only
+            if given or arg.name in node.kwargs or not arg.has_default_value():
+                continue
+            if arg.default_value is None:
+                continue
+            extra[arg.name] = arg.default_value
+        if extra:
+            node.kwargs = {**node.kwargs, **extra}
+
+
+def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
+    """Promotion can only matter when tensors of several dtypes (or non-float) meet."""
+    dtypes = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                dtypes.add(v.dtype)
+            elif isinstance(v, (torch.SymFloat, float)):
+                dtypes.add(torch.float64)
+    return not (len(dtypes) == 1 and next(iter(dtypes)).is_floating_point)
+
+
+def _freeze_inputs(model: Any, frozen: Mapping[int, torch.Tensor]) -> None:
+    """Turns the graph inputs at these positions into initializers holding the tensors."""
+    inputs = list(model.graph.inputs)
+    for index, tensor in frozen.items():
+        value = inputs[index]
+        value.const_value = _torch_private.torch_tensor_as_ir(tensor.detach(), value.name)
+        model.graph.initializers[value.name] = value
+    keep = [v for i, v in enumerate(inputs) if i not in frozen]
+    model.graph.inputs.clear()
+    model.graph.inputs.extend(keep)
+
+
+def _translate_direct(
+    gm: torch.fx.GraphModule,
+    *,
+    name: str,
+    static_args: Sequence[Any] | None,
+    frozen: Mapping[int, torch.Tensor],
+    timings: dict[str, float],
+) -> onnx.ModelProto:
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    work = copy_graph_module(gm)
+    if static_args is not None:
+        _propagate_concrete_shapes(work, static_args)
+    _fill_schema_defaults(work)
+    start = time.perf_counter()
+    if _needs_type_promotion(work):
+        _torch_private.insert_type_promotion(work)
+    timings["type_promotion"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    model = _torch_private.translate_fx_graph(work, name=name)
+    if frozen:
+        _freeze_inputs(model, frozen)
+    RemoveUnusedNodesPass()(model)
+    timings["translate"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    proto = ir.serde.serialize_model(model)
+    timings["serialize"] = time.perf_counter() - start
+    return proto
+
+
+def _export_retrace(
+    gm: torch.fx.GraphModule, args: Sequence[Any], timings: dict[str, float]
+) -> onnx.ModelProto:
+    """Public-API fallback: re-trace the partition with the call's concrete inputs."""
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        raise errors.ExportError(
+            "the re-tracing exporter needs tensor inputs; this partition takes Python scalars"
+        )
+    start = time.perf_counter()
+    with _torch_private.quiet_exporter():
+        program = torch.onnx.export(
+            copy_graph_module(gm), tuple(args), dynamo=True, verbose=False, optimize=False
+        )
+    timings["translate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    proto = program.model_proto
+    timings["serialize"] = time.perf_counter() - start
+    return proto
+
+
+def export_partition(
+    gm: torch.fx.GraphModule,
+    *,
+    name: str,
+    args: Sequence[Any],
+    static: bool,
+    frozen: Mapping[int, torch.Tensor],
+    transforms: Sequence[Callable[[onnx.ModelProto], None]],
+) -> ExportedModel:
+    """Exports one partition for the input schema of ``args``.
+
+    Args:
+        gm: The partition's sub-GraphModule (not modified).
+        name: Graph name for the ONNX model.
+        args: The call's inputs (used for static shapes and the re-tracing fallback).
+        static: Export concrete shapes instead of Dynamo's symbols.
+        frozen: Placeholder positions to bake in as initializers, with their tensors.
+        transforms: ``pre_ort_model_transforms``, applied in order.
+
+    Raises:
+        ExportError: neither the direct translation nor re-tracing produced a model, or
+            a transform raised.
+    """
+    timings: dict[str, float] = {}
+    method = "direct"
+    direct_error: Exception | None = None
+    proto = None
+    if _torch_private.DIRECT_TRANSLATION_ERROR is None:
+        try:
+            proto = _translate_direct(
+                gm,
+                name=name,
+                static_args=args if static else None,
+                frozen=frozen,
+                timings=timings,
+            )
+        except Exception as e:
+            direct_error = e
+    if proto is None:
+        method = "retrace"
+        try:
+            if frozen:
+                raise errors.ExportError("frozen parameters need the direct translation")
+            proto = _export_retrace(gm, args, timings)
+        except Exception as e:
+            why = direct_error or _torch_private.DIRECT_TRANSLATION_ERROR
+            raise errors.ExportError(
+                f"could not export partition {name!r} to ONNX: direct translation failed "
+                f"({type(why).__name__ if isinstance(why, Exception) else 'unavailable'}: "
+                f"{why}); re-tracing failed ({type(e).__name__}: {e})"
+            ) from (direct_error or e)
+
+    start = time.perf_counter()
+    for transform in transforms:
+        try:
+            transform(proto)
+        except Exception as e:
+            raise errors.ExportError(
+                f"pre_ort_model_transforms: {getattr(transform, '__name__', transform)!s} "
+                f"raised {type(e).__name__}: {e} on partition {name!r}"
+            ) from e
+    timings["transforms"] = time.perf_counter() - start
+    return ExportedModel(
+        proto=proto, method=method, timings=timings, frozen_inputs=tuple(sorted(frozen))
+    )
+
+
+def deepcopy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
+    return copy.deepcopy(proto)

@@ -1,0 +1,192 @@
+"""OrtBackendOptions: every knob of the ortlab backend, validated.
+
+# NOTE: options are a frozen dataclass so that equal options can share one backend
+# instance (``OrtBackend.get_cached_instance_for_options``). Sequences are normalised to
+# tuples in ``__post_init__`` so that a dataclass and the dict made from it compare equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+from ortlab import errors
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+OrtExecutionProvider = Union[str, tuple[str, Mapping[str, Any]]]
+"""An execution provider: ``"CUDAExecutionProvider"`` or ``("CUDAExecutionProvider", {...})``."""
+
+
+def _normalize_providers(
+    field: str, value: Sequence[OrtExecutionProvider] | None
+) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise errors.UnsupportedOptionError(
+            f"OrtBackendOptions.{field} must be a sequence of execution providers, e.g. "
+            f'["CUDAExecutionProvider", ("CPUExecutionProvider", {{}})]; got {value!r}.'
+        )
+    out = []
+    for ep in value:
+        if isinstance(ep, str):
+            out.append((ep, {}))
+        elif (
+            isinstance(ep, (tuple, list))
+            and len(ep) == 2
+            and isinstance(ep[0], str)
+            and (ep[1] is None or isinstance(ep[1], Mapping))
+        ):
+            out.append((ep[0], dict(ep[1] or {})))
+        else:
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.{field}: {ep!r} is not an execution provider; use a name "
+                'like "CPUExecutionProvider" or a (name, options-dict) pair.'
+            )
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class OrtBackendOptions:
+    """Options of :class:`~ortlab.OrtBackend` (the ``"ortlab"`` torch.compile backend).
+
+    Example::
+
+        opts = OrtBackendOptions(preferred_execution_providers=["CUDAExecutionProvider"])
+        compiled = torch.compile(model, backend="ortlab", options=opts)
+        # or, equivalently, options={"preferred_execution_providers": [...]}
+    """
+
+    preferred_execution_providers: Sequence[OrtExecutionProvider] | None = None
+    """Execution providers tried first, before the ones inferred from devices. Each is a
+    name (``"CUDAExecutionProvider"``) or a ``(name, provider_options)`` pair."""
+
+    infer_execution_providers: bool = True
+    """Infer providers from the devices of the inputs (then of the graph's outputs):
+    CUDA tensors select ``CUDAExecutionProvider``."""
+
+    default_execution_providers: Sequence[OrtExecutionProvider] | None = None
+    """Providers used when nothing is preferred or inferred. ``None`` means
+    ``["CPUExecutionProvider"]``; CPU is always appended as the last resort."""
+
+    preallocate_output: bool = False
+    """Allocate output tensors in PyTorch and let ONNX Runtime write into them. Measured
+    slower on CPU (ORT's arena reuses memory); useful to keep outputs in torch's allocator
+    on GPU."""
+
+    use_aot_autograd: bool = True
+    """Lower through AOTAutograd (min-cut partitioning, ONNX-friendly decompositions) so
+    training works and backward graphs run in ONNX Runtime. ``False``: the Dynamo graph is
+    lowered to ATen without autograd; partitions then run in PyTorch whenever an input
+    requires grad (inference only)."""
+
+    dynamic_shapes: bool | None = None
+    """``None``: keep exactly the symbolic dims Dynamo produced (``torch.compile(dynamic=
+    ...)`` decides) — one ONNX model serves a whole batch sweep. ``False``: export each
+    partition with the concrete shapes of the call (one session per input shape).
+    ``True``: require symbolic dims; a graph Dynamo captured with static shapes is still
+    run, with one warning saying to pass ``dynamic=True`` to ``torch.compile``."""
+
+    ort_session_options: onnxruntime.SessionOptions | None = None
+    """``onnxruntime.SessionOptions`` used for every session, as given. ``None``: ortlab's
+    defaults (intra-op threads = ``torch.get_num_threads()``, no spinning). Backends with
+    this option set are never shared through the instance cache."""
+
+    pre_ort_model_transforms: Sequence[Callable[[onnx.ModelProto], None]] | None = None
+    """Callables applied in order to each exported ``onnx.ModelProto`` (in place) before
+    ONNX Runtime sees it. A transform that raises makes that partition run in PyTorch."""
+
+    dump_path: str | None = None
+    """Prefix ``P``: the n-th exported model is written to ``P{n}.onnx`` and its FX graph to
+    ``P{n}.txt`` (n from 0, per backend). ``None``: environment variable
+    ``ORTLAB_DUMP_PATH``, then ``ONNXRT_DUMP_PATH``; unset means no dump."""
+
+    excluded_ops: Sequence[Any] = ()
+    """Ops kept in PyTorch even when ONNX could run them: ``torch.ops.aten.gelu.default``,
+    an overload packet (``torch.ops.aten.gelu``) or its name (``"aten.gelu"``). Useful to
+    study partitioning or to route around a provider bug."""
+
+    freeze_parameters: bool = False
+    """Inference graphs only: bake parameters and buffers into the ONNX model as
+    initializers, so ONNX Runtime can constant-fold and fuse them and each call passes
+    only activations. A frozen tensor that changes afterwards (in place or replaced) makes
+    the partition re-export on its next call."""
+
+    def __post_init__(self) -> None:
+        for name in ("preferred_execution_providers", "default_execution_providers"):
+            object.__setattr__(self, name, _normalize_providers(name, getattr(self, name)))
+        for name in ("infer_execution_providers", "preallocate_output", "use_aot_autograd"):
+            if not isinstance(getattr(self, name), bool):
+                raise errors.UnsupportedOptionError(
+                    f"OrtBackendOptions.{name} must be True or False; "
+                    f"got {getattr(self, name)!r}."
+                )
+        if not isinstance(self.freeze_parameters, bool):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.freeze_parameters must be True or False; "
+                f"got {self.freeze_parameters!r}."
+            )
+        if self.dynamic_shapes not in (None, True, False):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.dynamic_shapes must be None, True or False; "
+                f"got {self.dynamic_shapes!r}."
+            )
+        transforms = self.pre_ort_model_transforms
+        if transforms is not None:
+            if callable(transforms) or not isinstance(transforms, Sequence):
+                raise errors.UnsupportedOptionError(
+                    "OrtBackendOptions.pre_ort_model_transforms must be a sequence of "
+                    f"callables (onnx.ModelProto) -> None; got {transforms!r}."
+                )
+            for t in transforms:
+                if not callable(t):
+                    raise errors.UnsupportedOptionError(
+                        f"OrtBackendOptions.pre_ort_model_transforms: {t!r} is not callable."
+                    )
+            object.__setattr__(self, "pre_ort_model_transforms", tuple(transforms))
+        if self.dump_path is not None and not isinstance(self.dump_path, str):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.dump_path must be a string prefix; got {self.dump_path!r}."
+            )
+        if self.ort_session_options is not None:
+            import onnxruntime
+
+            if not isinstance(self.ort_session_options, onnxruntime.SessionOptions):
+                raise errors.UnsupportedOptionError(
+                    "OrtBackendOptions.ort_session_options must be an "
+                    f"onnxruntime.SessionOptions; got {type(self.ort_session_options)!r}."
+                )
+        excluded = self.excluded_ops
+        if isinstance(excluded, str) or not isinstance(excluded, Sequence):
+            excluded = (excluded,)
+        object.__setattr__(self, "excluded_ops", tuple(excluded))
+
+    @classmethod
+    def from_value(
+        cls, value: OrtBackendOptions | Mapping[str, Any] | None
+    ) -> OrtBackendOptions:
+        """Options from an instance, a dict of field names, or ``None`` (defaults).
+
+        Raises:
+            UnsupportedOptionError: a dict key is not an option (the message lists them).
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            valid = [f.name for f in dataclasses.fields(cls)]
+            unknown = sorted(str(k) for k in value if k not in valid)
+            if unknown:
+                raise errors.UnsupportedOptionError(
+                    f"Unknown ortlab option(s) {', '.join(map(repr, unknown))}. "
+                    f"Valid options: {', '.join(valid)}."
+                )
+            return cls(**value)
+        raise errors.UnsupportedOptionError(
+            f"ortlab options must be an OrtBackendOptions, a dict or None; got {type(value)!r}."
+        )

@@ -1,0 +1,246 @@
+"""Partitioning a graph and the module that runs one partition in ONNX Runtime.
+
+# NOTE: ``CapabilityBasedPartitioner`` fuses supported nodes into ``fused_*`` submodules.
+# Each submodule is then swapped for an :class:`OrtPartitionModule`, which keeps the
+# original submodule as its eager fallback:
+#
+#   before:  x -> [addmm -> sigmoid -> addmm] -> custom_op -> [relu] -> out
+#   after:   x -> fused_0 (ORT) ---------------> custom_op -> fused_1 (ORT) -> out
+#                   |  on first call per input schema: export -> transform -> session
+#                   |  on failure: eager fused_0 submodule, error on the record
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+from ortlab.backend import _export, _runtime, _session, records
+
+if TYPE_CHECKING:
+    from ortlab.backend._backend import OrtBackend
+
+logger = logging.getLogger(__name__)
+
+MAX_SESSIONS_PER_PARTITION = 8
+"""Sessions kept per partition; the oldest is evicted (its record stays, inactive)."""
+
+
+def partition_graph(
+    gm: torch.fx.GraphModule, support: Any
+) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...]]]]:
+    """Fuses supported nodes; returns the new graph and ``(name, node names)`` per partition."""
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    # The fuser numbers partitions in the order given; keep our naming aligned with it.
+    members = [tuple(n.name for n in p.nodes) for p in partitions]
+    fused = partitioner.fuse_partitions(partitions)
+    names = [
+        n.target for n in fused.graph.nodes if n.op == "call_module" and "fused_" in n.target
+    ]
+    by_member = {}
+    for name in names:
+        sub = getattr(fused, name)
+        inner = {n.name for n in sub.graph.nodes if n.op not in ("placeholder", "output")}
+        by_member[name] = next((m for m in members if inner == set(m)), tuple(sorted(inner)))
+    return fused, [(name, by_member[name]) for name in names]
+
+
+def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    arg = out.args[0]
+    single = not isinstance(arg, (tuple, list))
+    items = (arg,) if single else tuple(arg)
+    return tuple(
+        a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
+    ), single
+
+
+class OrtPartitionModule(torch.nn.Module):
+    """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must."""
+
+    def __init__(
+        self,
+        eager: torch.fx.GraphModule,
+        record: records.PartitionRecord,
+        backend: OrtBackend,
+        *,
+        check_requires_grad: bool,
+        allow_freeze: bool,
+    ) -> None:
+        super().__init__()
+        self.eager = eager
+        self.record = record
+        self._backend = backend
+        self._check_requires_grad = check_requires_grad
+        self._allow_freeze = allow_freeze
+        self._runners: list[_runtime.OrtRunner] = []
+        self._runner_records: list[records.SessionRecord] = []
+        self._last: _runtime.OrtRunner | None = None
+        self._last_record: records.SessionRecord | None = None
+        self._failed = False
+        placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
+        self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
+        self._output_fx_values, self._single = _output_values(eager)
+
+    def forward(self, *args: Any) -> Any:
+        if self._failed or (
+            self._check_requires_grad
+            and torch.is_grad_enabled()
+            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        ):
+            self.record.eager_run_count += 1
+            return self.eager(*args)
+        runner = self._last
+        if runner is None or not runner.matches(args):
+            runner = self._find_or_create(args)
+            if runner is None:
+                self.record.eager_run_count += 1
+                return self.eager(*args)
+        session_record = self._last_record
+        assert session_record is not None
+        first = session_record.run_count == 0
+        start = time.perf_counter() if first else 0.0
+        try:
+            outputs = runner.run(args)
+        except Exception as e:
+            self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}")
+            self.record.eager_run_count += 1
+            return self.eager(*args)
+        if first:
+            session_record.timings["first_run"] = time.perf_counter() - start
+        session_record.run_count += 1
+        self.record.run_count += 1
+        self._backend.execution_count += 1
+        return outputs[0] if self._single else tuple(outputs)
+
+    # -- sessions ------------------------------------------------------------------
+    def _find_or_create(self, args: Sequence[Any]) -> _runtime.OrtRunner | None:
+        for runner, rec in zip(self._runners, self._runner_records):
+            if runner.matches(args):
+                self._last, self._last_record = runner, rec
+                return runner
+        try:
+            runner, rec = self._create(args)
+        except Exception as e:
+            self._fail(f"{type(e).__name__}: {e}")
+            return None
+        if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
+            self._runners.pop(0)
+            self._runner_records.pop(0).active = False
+        self._runners.append(runner)
+        self._runner_records.append(rec)
+        self._last, self._last_record = runner, rec
+        return runner
+
+    def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
+        if not (self._allow_freeze and self._backend.options.freeze_parameters):
+            return {}
+        return {i: a for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
+
+    def _create(self, args: Sequence[Any]) -> tuple[_runtime.OrtRunner, records.SessionRecord]:
+        backend = self._backend
+        options = backend.options
+        record = self.record
+        frozen = self._frozen(args)
+        static = options.dynamic_shapes is False
+        exported = _export.export_partition(
+            self.eager,
+            name=f"{record.graph_kind}_{record.graph_index}_{record.name}",
+            args=args,
+            static=static,
+            frozen=frozen,
+            transforms=options.pre_ort_model_transforms or (),
+        )
+        proto = exported.proto
+        start = time.perf_counter()
+        model_bytes = proto.SerializeToString()
+        exported.timings["serialize"] = exported.timings.get("serialize", 0.0) + (
+            time.perf_counter() - start
+        )
+        dump_files = backend._dump(model_bytes, self.eager)
+        inferred: tuple[str, ...] = ()
+        if options.infer_execution_providers:
+            inferred = _session.infer_providers_from_values(args) or (
+                _session.infer_providers_from_values(self._output_fx_values)
+            )
+        providers = _session.select_providers(
+            preferred=options.preferred_execution_providers,  # type: ignore[arg-type]
+            inferred=inferred,
+            default=options.default_execution_providers,  # type: ignore[arg-type]
+            available=_session.available_providers(),
+            warned=backend._warned_providers,
+        )
+        start = time.perf_counter()
+        session = _session.create_session(model_bytes, providers, options.ort_session_options)
+        session_seconds = time.perf_counter() - start
+        input_fx_values: Sequence[Any] = self._input_fx_values
+        output_fx_values: Sequence[Any] = self._output_fx_values
+        runner = _runtime.OrtRunner(
+            session,
+            proto,
+            input_fx_values=input_fx_values,
+            output_fx_values=output_fx_values,
+            frozen=frozen,
+            preallocate_output=options.preallocate_output,
+        )
+        timings = dict(exported.timings)
+        timings["session"] = session_seconds
+        placeholders = record.input_names
+        session_record = records.SessionRecord(
+            partition=record.name,
+            index=len(record.sessions),
+            model=proto,
+            input_names=tuple(i.name for i in proto.graph.input),
+            output_names=tuple(o.name for o in proto.graph.output),
+            input_value_infos=tuple(proto.graph.input),
+            output_value_infos=tuple(proto.graph.output),
+            providers=tuple(session.get_providers()),
+            export_method=exported.method,
+            export_seconds=sum(
+                exported.timings.get(k, 0.0)
+                for k in ("type_promotion", "translate", "serialize", "transforms")
+            ),
+            session_seconds=session_seconds,
+            model_bytes=len(model_bytes),
+            timings=timings,
+            dump_files=dump_files,
+            frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
+        )
+        record.sessions.append(session_record)
+        logger.debug("created %r", session_record)
+        return runner, session_record
+
+    def _fail(self, message: str) -> None:
+        self._failed = True
+        self.record.error = message
+        self._runners.clear()
+        self._last = None
+        warnings.warn(
+            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
+            f"{self.record.graph_index} runs in PyTorch instead of ONNX Runtime: {message}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def clear_sessions(self) -> None:
+        """Drops every session (they are re-created on the next call)."""
+        for rec in self._runner_records:
+            rec.active = False
+        self._runners.clear()
+        self._runner_records.clear()
+        self._last = None
+        self._last_record = None
+
+
+def dump_prefix(option: str | None) -> str | None:
+    """The dump prefix from the option, else ORTLAB_DUMP_PATH, else ONNXRT_DUMP_PATH."""
+    return option or os.environ.get("ORTLAB_DUMP_PATH") or os.environ.get("ONNXRT_DUMP_PATH")

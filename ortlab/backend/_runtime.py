@@ -1,0 +1,307 @@
+"""Zero-copy execution of one ONNX Runtime session on torch tensors.
+
+# NOTE: the cheapest torch <-> ORT hand-off measured on this stack (STACK-NOTES):
+#
+#   torch tensors --push_back_batch(data_ptr…)--> OrtValueVector        (no copy)
+#   InferenceSession._sess.run_with_ortvaluevector(...)                  (ORT allocates)
+#   OrtValueVector.to_dlpacks(torch.utils.dlpack.from_dlpack) --> torch  (no copy)
+#
+# Adjustments made around it: non-contiguous inputs are made contiguous; empty tensors
+# (data_ptr 0, refused by push_back_batch) go through OrtValue one by one; Python
+# scalars and SymInts become 0-d tensors of the dtype the model declares; a (1,)-shaped
+# tensor feeding a 0-d input is reshaped; bool outputs (uint8 through DLPack) are cast
+# back; outputs that Dynamo expects as Python scalars are ``.item()``-ed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+import torch
+import torch.utils.dlpack
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+_TORCH_TO_NUMPY = {
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
+_ONNX_TO_TORCH = {
+    onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.FLOAT: torch.float32,
+    onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.INT16: torch.int16,
+    onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT64: torch.int64,
+    onnx.TensorProto.UINT8: torch.uint8,
+    onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+def onnx_elem_to_torch(elem_type: int) -> torch.dtype:
+    try:
+        return _ONNX_TO_TORCH[elem_type]
+    except KeyError:
+        raise TypeError(
+            f"ONNX element type {onnx.TensorProto.DataType.Name(elem_type)} has no torch dtype"
+        ) from None
+
+
+def _ort_device(device: torch.device) -> Any:
+    from onnxruntime.capi import _pybind_state as C
+
+    if device.type == "cuda":
+        kind = C.OrtDevice.cuda()
+    elif device.type == "cpu":
+        kind = C.OrtDevice.cpu()
+    else:
+        kind = C.OrtDevice.npu()
+    return C.OrtDevice(kind, C.OrtDevice.default_memory(), device.index or 0)
+
+
+class _InputSpec:
+    """What one ONNX input expects, and how to check/convert an argument for it."""
+
+    __slots__ = ("dims", "dtype", "is_scalar_fx", "np_dtype", "rank")
+
+    def __init__(self, value_info: onnx.ValueInfoProto, fx_value: Any) -> None:
+        tensor_type = value_info.type.tensor_type
+        self.dtype = onnx_elem_to_torch(tensor_type.elem_type)
+        self.np_dtype = _TORCH_TO_NUMPY[self.dtype]
+        dims = tensor_type.shape.dim
+        self.rank = len(dims)
+        # None marks a symbolic dim: any size matches.
+        self.dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+        self.is_scalar_fx = not isinstance(fx_value, torch.Tensor)
+
+    def matches(self, arg: Any) -> bool:
+        if isinstance(arg, torch.Tensor):
+            if arg.dtype != self.dtype:
+                return False
+            shape = arg.shape
+            if len(shape) != self.rank:
+                return self.rank == 0 and tuple(shape) == (1,)
+            for size, dim in zip(shape, self.dims):
+                if dim is not None and dim != size:
+                    return False
+            return True
+        if isinstance(arg, bool):
+            return self.rank == 0 and self.dtype == torch.bool
+        if isinstance(arg, int):
+            return self.rank == 0 and not self.dtype.is_floating_point
+        if isinstance(arg, float):
+            return self.rank == 0 and self.dtype.is_floating_point
+        return False
+
+    def convert(self, arg: Any) -> torch.Tensor:
+        if isinstance(arg, torch.Tensor):
+            if self.rank == 0 and arg.dim() == 1:
+                arg = arg.reshape(())
+            return arg if arg.is_contiguous() else arg.contiguous()
+        return torch.tensor(arg, dtype=self.dtype)
+
+
+class OrtRunner:
+    """Runs one session; holds everything precomputed for the per-call hot path."""
+
+    def __init__(
+        self,
+        session: onnxruntime.InferenceSession,
+        proto: onnx.ModelProto,
+        *,
+        input_fx_values: Sequence[Any],
+        output_fx_values: Sequence[Any],
+        frozen: dict[int, torch.Tensor],
+        preallocate_output: bool,
+    ) -> None:
+        from onnxruntime.capi import _pybind_state as C
+
+        self._C = C
+        self._sess = session._sess
+        self.session = session
+        self.input_names = tuple(i.name for i in proto.graph.input)
+        self.output_names = tuple(o.name for o in proto.graph.output)
+        self.frozen = frozen
+        self.frozen_versions = {i: t._version for i, t in frozen.items()}
+        # Positions (among the partition's placeholders) that are ONNX inputs.
+        self.slots = tuple(i for i in range(len(input_fx_values)) if i not in frozen)
+        if len(self.slots) != len(self.input_names):
+            raise ValueError(
+                f"the ONNX model has {len(self.input_names)} inputs but the partition passes "
+                f"{len(self.slots)}"
+            )
+        if len(self.output_names) != len(output_fx_values):
+            raise ValueError(
+                f"the ONNX model has {len(self.output_names)} outputs but the partition "
+                f"returns {len(output_fx_values)}"
+            )
+        self.specs = tuple(
+            _InputSpec(vi, input_fx_values[slot])
+            for vi, slot in zip(proto.graph.input, self.slots)
+        )
+        for vi, fx_value in zip(proto.graph.output, output_fx_values):
+            self._check_output(vi, fx_value)
+        self.output_fx_values = tuple(output_fx_values)
+        self._input_fx_values = tuple(input_fx_values)
+        self.scalar_outputs = tuple(
+            i for i, v in enumerate(output_fx_values) if not isinstance(v, torch.Tensor)
+        )
+        devices = [
+            v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
+            for v in output_fx_values
+        ]
+        self.output_devices = [_ort_device(d) for d in devices]
+        self.output_torch_devices = devices
+        self.preallocate_output = preallocate_output
+        self.run_options = C.RunOptions()
+        self._device_cache: dict[torch.device, Any] = {}
+
+    @staticmethod
+    def _check_output(value_info: onnx.ValueInfoProto, fx_value: Any) -> None:
+        """Refuse a model whose outputs would not be what PyTorch expects (never a wrong
+        number): dtype and rank must agree with the FX graph's metadata."""
+        elem = value_info.type.tensor_type.elem_type
+        dtype = onnx_elem_to_torch(elem)
+        if isinstance(fx_value, torch.Tensor):
+            expected = fx_value.dtype
+            rank = len(value_info.type.tensor_type.shape.dim)
+            if value_info.type.tensor_type.HasField("shape") and rank != fx_value.dim():
+                raise ValueError(
+                    f"output {value_info.name!r} has rank {rank} in ONNX but {fx_value.dim()} "
+                    "in PyTorch"
+                )
+        else:
+            return  # Python scalars are converted with .item()
+        if dtype != expected:
+            raise ValueError(
+                f"output {value_info.name!r} is {dtype} in ONNX but {expected} in PyTorch"
+            )
+
+    def matches(self, args: Sequence[Any]) -> bool:
+        """Whether this session serves these partition arguments (its input schema)."""
+        for index, tensor in self.frozen.items():
+            arg = args[index]
+            if arg is not tensor or arg._version != self.frozen_versions[index]:
+                return False
+        specs = self.specs
+        for n, slot in enumerate(self.slots):
+            if not specs[n].matches(args[slot]):
+                return False
+        return True
+
+    def _device(self, device: torch.device) -> Any:
+        d = self._device_cache.get(device)
+        if d is None:
+            d = self._device_cache[device] = _ort_device(device)
+        return d
+
+    def _input_vector(self, tensors: list[torch.Tensor]) -> Any:
+        C = self._C
+        vec = C.OrtValueVector()
+        vec.reserve(len(tensors))
+        if any(t.numel() == 0 for t in tensors):
+            import onnxruntime
+
+            for t in tensors:
+                if t.numel() == 0:
+                    ov = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
+                        list(t.shape),
+                        _TORCH_TO_NUMPY[t.dtype],
+                        t.device.type,
+                        t.device.index or 0,
+                    )
+                    vec.push_back(ov._ortvalue)
+                else:
+                    vec.push_back_batch(
+                        [t],
+                        [t.data_ptr()],
+                        [_TORCH_TO_NUMPY[t.dtype]],
+                        [t.shape],
+                        [self._device(t.device)],
+                    )
+            return vec
+        vec.push_back_batch(
+            tensors,
+            [t.data_ptr() for t in tensors],
+            [_TORCH_TO_NUMPY[t.dtype] for t in tensors],
+            [t.shape for t in tensors],
+            [self._device(t.device) for t in tensors],
+        )
+        return vec
+
+    def _output_shapes(self, args: Sequence[Any]) -> list[tuple[int, ...]] | None:
+        """Concrete output shapes from the FX metadata, binding input symbols to sizes."""
+        bindings: dict[Any, int] = {}
+        for slot in self.slots:
+            arg = args[slot]
+            fx = self._input_fx_values[slot]
+            if isinstance(fx, torch.Tensor) and isinstance(arg, torch.Tensor):
+                for dim, size in zip(fx.shape, arg.shape):
+                    if isinstance(dim, torch.SymInt):
+                        bindings[dim.node.expr] = int(size)
+            elif isinstance(fx, torch.SymInt):
+                bindings[fx.node.expr] = int(arg)
+        shapes = []
+        for value in self.output_fx_values:
+            if not isinstance(value, torch.Tensor):
+                return None
+            shape = []
+            for dim in value.shape:
+                if isinstance(dim, torch.SymInt):
+                    expr = dim.node.expr.xreplace(bindings)
+                    if not expr.is_number:
+                        return None
+                    shape.append(int(expr))
+                else:
+                    shape.append(int(dim))
+            shapes.append(tuple(shape))
+        return shapes
+
+    def run(self, args: Sequence[Any]) -> list[Any]:
+        """Runs the session on the partition's arguments; returns its outputs in order."""
+        specs = self.specs
+        tensors = [specs[n].convert(args[slot]) for n, slot in enumerate(self.slots)]
+        inputs = self._input_vector(tensors)
+        outputs = self._C.OrtValueVector()
+        prealloc = None
+        if self.preallocate_output:
+            shapes = self._output_shapes(args)
+            if shapes is not None:
+                prealloc = [
+                    torch.empty(shape, dtype=v.dtype, device=dev)
+                    for shape, v, dev in zip(
+                        shapes, self.output_fx_values, self.output_torch_devices
+                    )
+                ]
+                outputs = self._input_vector(prealloc)
+        self._sess.run_with_ortvaluevector(
+            self.run_options,
+            self.input_names,
+            inputs,
+            self.output_names,
+            outputs,
+            self.output_devices,
+        )
+        if prealloc is not None:
+            results: list[Any] = list(prealloc)
+        else:
+            results = outputs.to_dlpacks(torch.utils.dlpack.from_dlpack)
+            for i in outputs.bool_tensor_indices():
+                results[i] = results[i].to(torch.bool)
+        for i in self.scalar_outputs:
+            results[i] = results[i].item()
+        # Keep the inputs alive until ORT is done with their memory.
+        del tensors
+        return results

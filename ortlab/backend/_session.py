@@ -1,0 +1,127 @@
+"""Execution-provider choice, session options and ``InferenceSession`` creation.
+
+# NOTE: provider order is preferred > inferred (from input devices, then the graph's
+# output devices) > default (``["CPUExecutionProvider"]``). Providers this onnxruntime
+# build does not have are dropped with one warning naming each (once per backend), and
+# CPU is always appended as the last resort so a session can always be made.
+#
+# Threads: ORT's defaults (one spinning thread per core) fight torch's OpenMP threads for
+# the same cores; measured 2-3x slower on a 2-core machine. Unless the user passes
+# ``ort_session_options``, sessions use ``intra_op_num_threads = torch.get_num_threads()``
+# with spinning off.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ortlab import errors
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+_DEVICE_TYPE_TO_EP = {"cuda": CUDA, "cpu": CPU}
+# Higher first when several devices are seen.
+_EP_PRIORITY = {CUDA: 0, CPU: 100}
+
+Provider = tuple[str, dict[str, Any]]
+
+
+def available_providers() -> tuple[str, ...]:
+    import onnxruntime
+
+    return tuple(onnxruntime.get_available_providers())
+
+
+def infer_providers_from_values(values: Iterable[Any]) -> tuple[str, ...]:
+    """Providers suggested by the devices of tensors (or fake tensors) in ``values``."""
+    seen: set[str] = set()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            ep = _DEVICE_TYPE_TO_EP.get(v.device.type)
+            if ep is not None:
+                seen.add(ep)
+    return tuple(sorted(seen, key=lambda ep: _EP_PRIORITY.get(ep, 50)))
+
+
+def select_providers(
+    *,
+    preferred: Sequence[Provider] | None,
+    inferred: Sequence[str],
+    default: Sequence[Provider] | None,
+    available: Sequence[str],
+    warned: set[str],
+) -> list[Provider]:
+    """Orders, de-duplicates and filters providers; CPU always comes last.
+
+    Args:
+        warned: Provider names already warned about (updated in place), so that each
+            missing provider is reported once.
+    """
+    chosen: list[Provider] = []
+    names: set[str] = set()
+    candidates = [
+        *(preferred or ()),
+        *((ep, {}) for ep in inferred),
+        *(default if default is not None else ((CPU, {}),)),
+    ]
+    for name, opts in candidates:
+        if name in names:
+            continue
+        if name not in available:
+            if name not in warned:
+                warned.add(name)
+                warnings.warn(
+                    f"ortlab: execution provider {name!r} is not available in this "
+                    f"onnxruntime build (available: {', '.join(available)}); it is skipped. "
+                    "Install onnxruntime-gpu (pip install 'ortlab[gpu]') for CUDA.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            continue
+        names.add(name)
+        chosen.append((name, dict(opts)))
+    if CPU not in names:
+        chosen.append((CPU, {}))
+    return chosen
+
+
+def default_session_options() -> onnxruntime.SessionOptions:
+    """Session options that share the cores politely with PyTorch (see module NOTE)."""
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = max(1, torch.get_num_threads())
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return so
+
+
+def create_session(
+    model_bytes: bytes,
+    providers: Sequence[Provider],
+    session_options: onnxruntime.SessionOptions | None,
+) -> onnxruntime.InferenceSession:
+    """Creates the session, turning ORT's refusal into a :class:`SessionError`."""
+    import onnxruntime
+
+    try:
+        return onnxruntime.InferenceSession(
+            model_bytes,
+            sess_options=session_options or default_session_options(),
+            providers=[name for name, _ in providers],
+            provider_options=[opts for _, opts in providers],
+        )
+    except Exception as e:
+        raise errors.SessionError(
+            f"onnxruntime refused the model ({type(e).__name__}: {e})"
+        ) from e

@@ -1,0 +1,200 @@
+"""Which FX nodes may run in ONNX Runtime, each with a reason (a :class:`Verdict`).
+
+# NOTE: the exporter's registry says which ATen overloads have an ONNX translation, but
+# registered is not always translatable or wise. The rules, in the order applied:
+#
+#   1. the user's ``excluded_ops``                        -> eager, "excluded by options"
+#   2. assertions (``_assert_scalar``…)                   -> eager, they guard Python state
+#   3. higher-order ops (cond, scan, wrap…)               -> eager
+#   4. a result that is not a tensor (SymInt arithmetic)  -> eager, stays in Python
+#   5. ``getitem``                                        -> follows its producer
+#   6. in-place / mutating ops                            -> eager, ONNX values are immutable
+#   7. dtypes without an ONNX Runtime/numpy mapping       -> eager (complex, bfloat16, fp8)
+#   8. RNG ops (``Tag.nondeterministic_seeded``)          -> eager, except SDPA with p == 0
+#   9. no translation in the registry                     -> eager
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ortlab.backend import _torch_private, records
+
+# dtypes that cross the torch <-> ORT boundary through DLPack and numpy dtypes.
+SUPPORTED_DTYPES = frozenset(
+    {
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+_ASSERTIONS = frozenset(
+    {
+        torch.ops.aten._assert_scalar.default,
+        torch.ops.aten._assert_async.default,
+        torch.ops.aten._assert_async.msg,
+        torch.ops.aten._assert_tensor_metadata.default,
+        torch.ops.aten.sym_constrain_range_for_size.default,
+        torch.ops.aten.sym_constrain_range.default,
+    }
+)
+
+_SDPA_WITH_DROPOUT_ARG = {
+    torch.ops.aten.scaled_dot_product_attention.default: 3,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: 1,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default: 4,
+    torch.ops.aten._scaled_dot_product_flash_attention.default: 3,
+}
+_SDPA_DROPOUT_KWARG = "dropout_p"
+
+
+def target_text(target: Any) -> str:
+    """A readable name for a node target: ``aten.mm.default``, ``<built-in function add>``."""
+    if isinstance(target, torch._ops.OpOverload):
+        return (
+            f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+        )
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target)
+    return str(target)
+
+
+def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
+    for item in excluded:
+        if item is target:
+            return True
+        if isinstance(target, torch._ops.OpOverload):
+            if item is target.overloadpacket:
+                return True
+            if isinstance(item, str):
+                text = item.replace("::", ".").removeprefix("torch.ops.")
+                full = target_text(target)
+                packet = full.rsplit(".", 1)[0]
+                if text in (full, packet):
+                    return True
+        elif isinstance(item, str) and item == target_text(target):
+            return True
+    return False
+
+
+def _tensors_in(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for x in value for v in _tensors_in(x)]
+    return []
+
+
+def _is_tensor_result(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        return all(isinstance(v, torch.Tensor) or v is None for v in value)
+    return False
+
+
+def _dropout_p(node: torch.fx.Node) -> Any:
+    if _SDPA_DROPOUT_KWARG in node.kwargs:
+        return node.kwargs[_SDPA_DROPOUT_KWARG]
+    index = _SDPA_WITH_DROPOUT_ARG.get(node.target)  # type: ignore[arg-type]
+    if index is not None and len(node.args) > index:
+        return node.args[index]
+    return 0.0
+
+
+class OrtOperatorSupport(OperatorSupportBase):
+    """Operator support for ``CapabilityBasedPartitioner`` that also explains itself.
+
+    ``verdict(node)`` returns a :class:`~ortlab.backend.records.Verdict`; verdicts are
+    cached per node, so ``getitem`` can follow its producer's verdict.
+    """
+
+    def __init__(self, registry: Any, *, excluded_ops: Iterable[Any] = ()) -> None:
+        super().__init__()
+        self._registry = registry
+        self._excluded = tuple(excluded_ops)
+        self._verdicts: dict[torch.fx.Node, records.Verdict] = {}
+
+    def is_node_supported(
+        self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node
+    ) -> bool:
+        return node.op == "call_function" and self.verdict(node).supported
+
+    def verdict(self, node: torch.fx.Node) -> records.Verdict:
+        """Decides (once) whether ``node`` may run in ONNX Runtime, and why."""
+        cached = self._verdicts.get(node)
+        if cached is None:
+            supported, reason = self._decide(node)
+            cached = records.Verdict(node.name, target_text(node.target), supported, reason)
+            self._verdicts[node] = cached
+        return cached
+
+    def _decide(self, node: torch.fx.Node) -> tuple[bool, str]:
+        target = node.target
+        if self._excluded and _matches_excluded(target, self._excluded):
+            return False, "excluded by OrtBackendOptions.excluded_ops"
+        if target in _ASSERTIONS:
+            return False, "runtime assertion on Python/symbolic values; stays in PyTorch"
+        if _torch_private.is_higher_order_op(target):
+            return False, (
+                f"higher-order operator {getattr(target, '__name__', target)!s} (control "
+                "flow or a nested graph) has no partition-level ONNX translation"
+            )
+        if "val" not in node.meta:
+            return False, "no shape/dtype metadata (meta['val']) to export it with"
+        value = node.meta["val"]
+        if not _is_tensor_result(value):
+            return False, (
+                f"computes a Python/symbolic scalar ({type(value).__name__}); size "
+                "arithmetic stays in Python"
+            )
+        if target is operator.getitem:
+            producer = node.args[0]
+            if isinstance(producer, torch.fx.Node) and producer.op == "call_function":
+                if self.verdict(producer).supported:
+                    return True, "selects an output of a supported node"
+                return False, "selects an output of a node that runs in PyTorch"
+            return False, "selects from a value produced outside a partition"
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            return False, (
+                "mutates an input in place; ONNX values are immutable, so it runs in PyTorch"
+            )
+        for arg in (*node.args, *node.kwargs.values(), value):
+            args = arg if isinstance(arg, (list, tuple)) else (arg,)
+            for a in args:
+                meta = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+                for t in _tensors_in(meta):
+                    if t.dtype not in SUPPORTED_DTYPES:
+                        return False, (
+                            f"dtype {t.dtype} has no ONNX Runtime/DLPack mapping in ortlab"
+                        )
+        if (
+            isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in target.tags
+        ):
+            if target in _SDPA_WITH_DROPOUT_ARG and _dropout_p(node) == 0:
+                pass  # attention without dropout is deterministic
+            else:
+                return False, (
+                    "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from "
+                    "PyTorch's, so it runs in PyTorch to keep results reproducible"
+                )
+        if not self._registry.is_registered(target):
+            return False, (
+                "no ONNX translation registered in the exporter (onnxscript torchlib); "
+                "register one or keep it in PyTorch"
+            )
+        return True, "translated by the exporter's registry (torchlib)"

@@ -1,0 +1,238 @@
+"""Every private PyTorch API ortlab uses, in one place.
+
+# NOTE: ortlab relies on internals of the PyTorch ONNX exporter and of AOTAutograd that
+# carry no stability promise. They are all imported here and nowhere else, so that a
+# PyTorch upgrade breaks one module, and tests/test_torch_private.py pins their behaviour:
+#
+#   torch.onnx._internal.exporter._registration.ONNXRegistry   op registry (torchlib)
+#   torch.onnx._internal.exporter._core._translate_fx_graph     FX graph -> onnx_ir, no re-trace
+#   torch.onnx._internal.exporter._core._set_shape_type         shape/dtype of an onnx_ir value
+#   torch.onnx._internal.exporter._ir_passes.add_opset_imports  opset imports of a new model
+#   torch.onnx._internal.exporter._constants.ONNX_IR_VERSION
+#   torch.onnx._internal.exporter._decomp                       ONNX-friendly decompositions
+#   torch.onnx._internal.fx.passes.InsertTypePromotion          explicit dtype promotion
+#   torch._dynamo.backends.common.aot_autograd                  AOTAutograd as a backend
+#   torch._functorch.partitioners.min_cut_rematerialization_partition
+#   torch._guards.detect_fake_mode / CompileContext             Dynamo's fake mode, compile id
+#
+# When an import or signature check fails, ``DIRECT_TRANSLATION_ERROR`` says why and the
+# exporter falls back to the public ``torch.onnx.export(..., dynamo=True)`` path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+logger = logging.getLogger(__name__)
+
+
+def _check_direct_translation() -> str | None:
+    """``None`` when the exporter internals have the signatures ortlab was written for."""
+    try:
+        from torch.onnx._internal.exporter import _core, _ir_passes  # noqa: F401
+        from torch.onnx._internal.fx import passes  # noqa: F401
+
+        params = inspect.signature(_core._translate_fx_graph).parameters
+        expected = {"fx_graph", "model", "graph_like", "owned_graphs", "lower", "registry"}
+        missing = expected - set(params)
+        if missing:
+            return f"_translate_fx_graph lacks parameters {sorted(missing)}"
+        if not hasattr(passes, "InsertTypePromotion"):
+            return "InsertTypePromotion is gone from torch.onnx._internal.fx.passes"
+    except Exception as e:  # any import problem means: use the public path
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+DIRECT_TRANSLATION_ERROR: str | None = _check_direct_translation()
+"""Why the direct FX→ONNX translation is unavailable on this torch, or ``None``."""
+
+
+@functools.cache
+def onnx_registry() -> Any:
+    """The exporter's op registry built from onnxscript's torchlib (~2 s, once a process)."""
+    from torch.onnx._internal.exporter import _registration
+
+    with quiet_exporter():  # "torchvision is not installed. Skipping torchvision::nms"
+        return _registration.ONNXRegistry.from_torchlib()
+
+
+@functools.cache
+def onnx_friendly_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Decompositions that keep ops with an ONNX translation whole (for AOTAutograd)."""
+    from torch.onnx._internal.exporter import _decomp
+
+    registry = onnx_registry()
+    return _decomp.create_onnx_friendly_decomposition_table(
+        set(_decomp.get_onnx_implemented_overloads(registry))
+    )
+
+
+def insert_type_promotion(graph_module: torch.fx.GraphModule) -> None:
+    """Makes implicit dtype promotion explicit (``add(f32, i64)`` -> cast + add), in place."""
+    from torch.onnx._internal.fx import passes
+
+    passes.InsertTypePromotion(graph_module).run()
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """Silences the exporter's per-node warnings (e.g. missing ``nn_module_stack`` in AOT
+    graphs, which is expected there) while translating."""
+    names = (
+        "torch.onnx._internal.exporter._core",
+        "torch.onnx._internal.exporter._registration",
+        "torch.onnx._internal.exporter",
+    )
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def translate_fx_graph(graph_module: torch.fx.GraphModule, *, name: str) -> ir.Model:
+    """Translates an ATen-level FX graph to an ``onnx_ir.Model`` node by node.
+
+    Shapes and dtypes come from each node's ``meta["val"]``; Dynamo's symbols become
+    ``dim_param``s and SymInt placeholders become INT64 scalar inputs.
+    """
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _constants, _core, _ir_passes
+
+    model = ir.Model(
+        graph=ir.Graph([], [], nodes=[], name=name),
+        ir_version=_constants.ONNX_IR_VERSION,
+        producer_name="ortlab",
+        producer_version=torch.__version__,
+    )
+    with quiet_exporter():
+        _core._translate_fx_graph(
+            graph_module.graph,
+            model,
+            graph_like=model.graph,
+            owned_graphs={},
+            lower="at_conversion",
+            registry=onnx_registry(),
+        )
+    _ir_passes.add_opset_imports(model)
+    return model
+
+
+def set_value_shape_type(value: ir.Value, meta_value: Any) -> None:
+    """Sets dtype and (symbolic) shape of an onnx_ir value from a fake tensor / SymInt."""
+    from torch.onnx._internal.exporter import _core
+
+    _core._set_shape_type(value, meta_value, complex_to_float=True)
+
+
+def torch_tensor_as_ir(tensor: torch.Tensor, name: str) -> Any:
+    """Wraps a torch tensor as an onnx_ir tensor without copying (the exporter's TorchTensor)."""
+    from torch.onnx._internal.exporter import _core
+
+    return _core.TorchTensor(tensor, name=name)
+
+
+def aot_autograd_backend(
+    *,
+    fw_compiler: Callable[..., Any],
+    bw_compiler: Callable[..., Any],
+    inference_compiler: Callable[..., Any],
+    decompositions: dict[Any, Callable[..., Any]],
+) -> Callable[..., Any]:
+    """AOTAutograd wrapped as a Dynamo backend, with min-cut rematerialization."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return aot_autograd(
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler,
+        inference_compiler=inference_compiler,
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decompositions,
+    )
+
+
+def make_boxed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks ``fn(list_of_args)`` as taking boxed arguments, as AOTAutograd expects."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(fn)
+
+
+def detect_fake_mode(args: Any) -> Any:
+    """Dynamo's FakeTensorMode for these example inputs (or ``None``)."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(args)
+
+
+def current_compile_id() -> str | None:
+    """Dynamo's id of the frame being compiled, e.g. ``"0/1"``."""
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:
+        return None
+    return None if cid is None else str(cid)
+
+
+def is_higher_order_op(target: Any) -> bool:
+    return isinstance(target, torch._ops.HigherOrderOperator)
+
+
+def lower_to_aten(
+    graph_module: torch.fx.GraphModule,
+    example_inputs: Any,
+    decompositions: dict[Any, Callable[..., Any]],
+) -> torch.fx.GraphModule:
+    """Lowers a Dynamo (torch IR) graph to ATen without autograd, under the backend's fake
+    mode, so symbolic dims stay symbolic. Used when ``use_aot_autograd=False``.
+
+    Real inputs are fakified with the symbolic context Dynamo recorded for them (as
+    AOTAutograd's ``process_inputs`` does), so the ATen graph reuses Dynamo's symbols.
+    """
+    from torch._guards import TracingContext
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake_mode = detect_fake_mode(example_inputs)
+    if fake_mode is None:
+        return make_fx(graph_module, decomposition_table=decompositions)(*example_inputs)
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    context = TracingContext.try_get()
+    fakes = []
+    with fake_mode:
+        for node, x in zip(placeholders, example_inputs):
+            if isinstance(x, FakeTensor):
+                fakes.append(x if x.fake_mode is fake_mode else fake_mode.from_tensor(x))
+            elif isinstance(x, torch.Tensor):
+                symbolic = None
+                if context is not None and x in context.tensor_to_context:
+                    symbolic = context.tensor_to_context[x]
+                fakes.append(
+                    fake_mode.from_tensor(
+                        x,
+                        symbolic_context=symbolic,
+                        source=getattr(symbolic, "tensor_source", None),
+                    )
+                )
+            else:
+                example = node.meta.get("example_value")
+                fakes.append(example if isinstance(example, torch.SymInt) else x)
+        return make_fx(graph_module, decomposition_table=decompositions)(*fakes)

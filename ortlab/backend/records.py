@@ -1,0 +1,271 @@
+"""Records: plain dataclasses describing everything the backend did.
+
+# NOTE: the records are the only interface between the backend and everything that
+# shows or measures it (views, diff, bench, magic, report). They hold references to the
+# FX graphs and ONNX models the backend produced, counters and timings — never live
+# sessions or private backend state. They render themselves as text (``repr``) and as
+# static, escaped HTML (``_repr_html_``) built from the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ortlab import _html
+
+if TYPE_CHECKING:
+    import onnx
+    import torch.fx
+
+# Compile steps, in pipeline order. Graph-level steps live on GraphRecord.timings,
+# session-level ones on SessionRecord.timings; both use these keys.
+GRAPH_STEPS = ("support", "partition")
+SESSION_STEPS = (
+    "type_promotion",
+    "translate",
+    "serialize",
+    "transforms",
+    "session",
+    "first_run",
+)
+TIMING_STEPS = GRAPH_STEPS + SESSION_STEPS
+
+
+@dataclasses.dataclass
+class Verdict:
+    """Whether one ``call_function`` node may run in ONNX Runtime, and why."""
+
+    node: str
+    """The FX node's name, e.g. ``"addmm_1"``."""
+    target: str
+    """The node's target as text, e.g. ``"aten.addmm.default"``."""
+    supported: bool
+    """``True`` when the node may be placed in an ONNX Runtime partition."""
+    reason: str
+    """Why, in words a person can act on."""
+
+    def __repr__(self) -> str:
+        mark = "ORT" if self.supported else "eager"
+        return f"Verdict({self.node}: {self.target} -> {mark}: {self.reason})"
+
+    def _repr_html_(self) -> str:
+        return _html.table(
+            ("node", "target", "supported", "reason"),
+            [(self.node, self.target, self.supported, self.reason)],
+        )
+
+
+def _dim_text(dim: Any) -> str:
+    if dim.HasField("dim_param"):
+        return dim.dim_param
+    if dim.HasField("dim_value"):
+        return str(dim.dim_value)
+    return "?"
+
+
+def value_info_text(value_info: onnx.ValueInfoProto) -> str:
+    """``"float32[s0,2]"`` for an ONNX tensor value info; symbolic dims by name."""
+    import onnx
+
+    tensor_type = value_info.type.tensor_type
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
+    if not tensor_type.HasField("shape"):
+        return f"{dtype}[?]"
+    dims = ",".join(_dim_text(d) for d in tensor_type.shape.dim)
+    return f"{dtype}[{dims}]"
+
+
+@dataclasses.dataclass
+class SessionRecord:
+    """One ONNX model exported for a partition and the InferenceSession running it."""
+
+    partition: str
+    """Name of the partition this session belongs to (``"fused_0"``)."""
+    index: int
+    """Position in ``PartitionRecord.sessions``."""
+    model: onnx.ModelProto
+    """The model given to ONNX Runtime, after ``pre_ort_model_transforms``."""
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    input_value_infos: tuple[onnx.ValueInfoProto, ...]
+    output_value_infos: tuple[onnx.ValueInfoProto, ...]
+    providers: tuple[str, ...]
+    """Execution providers the session actually uses, in priority order."""
+    export_method: str = "direct"
+    """``"direct"`` (FX graph translated node by node) or ``"retrace"`` (public exporter)."""
+    export_seconds: float = 0.0
+    """Type promotion + translation + serialization + transforms."""
+    session_seconds: float = 0.0
+    """``onnxruntime.InferenceSession`` creation."""
+    run_count: int = 0
+    model_bytes: int = 0
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds per step, keys from :data:`SESSION_STEPS`."""
+    dump_files: tuple[str, ...] = ()
+    """Files written for this model when a dump path was set."""
+    frozen_inputs: tuple[str, ...] = ()
+    """Partition inputs baked into the model as initializers (``freeze_parameters``)."""
+    active: bool = True
+    """``False`` once the session was evicted from the cache (or cleared)."""
+
+    @property
+    def input_schema(self) -> tuple[str, ...]:
+        """Input types as text, e.g. ``("float32[s0,2]",)``."""
+        return tuple(value_info_text(v) for v in self.input_value_infos)
+
+    @property
+    def output_schema(self) -> tuple[str, ...]:
+        return tuple(value_info_text(v) for v in self.output_value_infos)
+
+    @property
+    def onnx_node_count(self) -> int:
+        return len(self.model.graph.node)
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionRecord({self.partition}#{self.index}: inputs={list(self.input_schema)}, "
+            f"outputs={list(self.output_schema)}, providers={list(self.providers)}, "
+            f"onnx_nodes={self.onnx_node_count}, runs={self.run_count}, "
+            f"export={self.export_seconds * 1e3:.1f}ms, session={self.session_seconds * 1e3:.1f}ms)"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("partition", f"{self.partition} (session {self.index})"),
+            ("inputs", ", ".join(self.input_schema)),
+            ("outputs", ", ".join(self.output_schema)),
+            ("providers", ", ".join(self.providers)),
+            ("ONNX nodes", self.onnx_node_count),
+            ("model bytes", self.model_bytes),
+            ("export", f"{self.export_method}, {self.export_seconds * 1e3:.1f} ms"),
+            ("session creation", f"{self.session_seconds * 1e3:.1f} ms"),
+            ("runs", self.run_count),
+        ]
+        return _html.block("ONNX Runtime session", _html.table(("", ""), rows))
+
+
+@dataclasses.dataclass
+class PartitionRecord:
+    """A fused group of supported nodes that runs in ONNX Runtime (or falls back)."""
+
+    name: str
+    """``"fused_0"``, ``"fused_1"``, … as named by the partitioner."""
+    graph_index: int
+    """Index of the owning :class:`GraphRecord` in ``backend.graphs``."""
+    graph_kind: str
+    graph_module: torch.fx.GraphModule
+    """The partition's sub-GraphModule (ATen ops)."""
+    node_names: tuple[str, ...] = ()
+    """Names of the nodes of the owning graph that this partition holds."""
+    sessions: list[SessionRecord] = dataclasses.field(default_factory=list)
+    run_count: int = 0
+    """Calls that ran in ONNX Runtime."""
+    eager_run_count: int = 0
+    """Calls that ran in PyTorch instead (after a failure, or when autograd needed it)."""
+    error: str | None = None
+    """Why this partition runs in PyTorch, when it does (export/transform/session failure)."""
+
+    @property
+    def state(self) -> str:
+        """``"ort"`` while it runs in ONNX Runtime, ``"eager"`` after a failure."""
+        return "eager" if self.error is not None else "ort"
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.graph_module.graph.nodes if n.op == "placeholder")
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        out = next(n for n in self.graph_module.graph.nodes if n.op == "output")
+        args = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+        return tuple(getattr(a, "name", repr(a)) for a in args)
+
+    def __repr__(self) -> str:
+        err = f", error={self.error!r}" if self.error else ""
+        return (
+            f"PartitionRecord({self.name} of graph {self.graph_index} ({self.graph_kind}): "
+            f"{len(self.node_names)} nodes, {len(self.sessions)} sessions, "
+            f"runs={self.run_count}, eager_runs={self.eager_run_count}{err})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("graph", f"{self.graph_index} ({self.graph_kind})"),
+            ("state", self.state),
+            ("nodes", len(self.node_names)),
+            ("inputs", ", ".join(self.input_names)),
+            ("outputs", ", ".join(self.output_names)),
+            ("sessions", len(self.sessions)),
+            ("runs (ORT / eager)", f"{self.run_count} / {self.eager_run_count}"),
+        ]
+        if self.error:
+            rows.append(("error", self.error))
+        sessions = "".join(s._repr_html_() for s in self.sessions)
+        return _html.block(f"Partition {self.name}", _html.table(("", ""), rows) + sessions)
+
+
+@dataclasses.dataclass
+class GraphRecord:
+    """One FX graph handed to the backend by Dynamo (or AOTAutograd)."""
+
+    index: int
+    """Position in ``backend.graphs``."""
+    kind: str
+    """``"inference"``, ``"forward"`` or ``"backward"``."""
+    graph_module: torch.fx.GraphModule
+    """The graph as received (ATen ops after AOTAutograd)."""
+    compile_id: str | None = None
+    """Dynamo's compile id (``"0/1"``) when known."""
+    partitioned: torch.fx.GraphModule | None = None
+    """The graph after partitioning: ``fused_*`` submodules run in ONNX Runtime."""
+    partitions: list[PartitionRecord] = dataclasses.field(default_factory=list)
+    verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds per graph-level step, keys from :data:`GRAPH_STEPS`."""
+
+    @property
+    def node_count(self) -> int:
+        """Number of ``call_function`` nodes (the ones with verdicts)."""
+        return len(self.verdicts)
+
+    @property
+    def ort_node_names(self) -> tuple[str, ...]:
+        """Nodes placed in a partition that currently runs in ONNX Runtime."""
+        return tuple(n for p in self.partitions if p.state == "ort" for n in p.node_names)
+
+    @property
+    def eager_node_names(self) -> tuple[str, ...]:
+        """``call_function`` nodes that run in PyTorch (unsupported or failed partition)."""
+        in_ort = set(self.ort_node_names)
+        return tuple(v.node for v in self.verdicts if v.node not in in_ort)
+
+    def verdict(self, node_name: str) -> Verdict | None:
+        """The verdict of one node by name, or ``None``."""
+        return next((v for v in self.verdicts if v.node == node_name), None)
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphRecord({self.index}: {self.kind}, {self.node_count} nodes, "
+            f"{len(self.ort_node_names)} in ORT, {len(self.partitions)} partitions, "
+            f"{sum(len(p.sessions) for p in self.partitions)} sessions)"
+        )
+
+    def _repr_html_(self) -> str:
+        summary = _html.table(
+            ("kind", "compile id", "nodes", "in ORT", "eager", "partitions", "sessions"),
+            [
+                (
+                    self.kind,
+                    self.compile_id or "",
+                    self.node_count,
+                    len(self.ort_node_names),
+                    len(self.eager_node_names),
+                    len(self.partitions),
+                    sum(len(p.sessions) for p in self.partitions),
+                )
+            ],
+        )
+        eager = [(v.node, v.target, v.reason) for v in self.verdicts if not v.supported]
+        eager_html = _html.table(("node", "target", "reason"), eager) if eager else ""
+        return _html.block(f"Graph {self.index} ({self.kind})", summary + eager_html)

@@ -1,0 +1,35 @@
+"""Errors a user of ortlab can cause, rooted at :class:`OrtlabError`.
+
+Every message names the object involved, what was expected and how to fix it.
+Internal invariants use ``assert``; anything a person can trigger raises one of these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OrtlabError",
+    "UnsupportedOptionError",
+    "ExportError",
+    "SessionError",
+    "MissingDependencyError",
+]
+
+
+class OrtlabError(Exception):
+    """Base class of every error raised by ortlab on purpose."""
+
+
+class UnsupportedOptionError(OrtlabError, ValueError):
+    """An option name or value that ortlab does not accept."""
+
+
+class ExportError(OrtlabError):
+    """A partition could not be translated to ONNX (or a transform broke it)."""
+
+
+class SessionError(OrtlabError):
+    """ONNX Runtime refused a model, or a run failed."""
+
+
+class MissingDependencyError(OrtlabError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

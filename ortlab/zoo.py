@@ -1,0 +1,514 @@
+"""The built-in example models: what they are, how to build them and feed them.
+
+Each :class:`ZooModel` bundles a deterministic builder, deterministic example inputs for any
+batch size, the batch-size sweep the notebooks and benchmarks use, and the tolerances an
+ONNX Runtime result is expected to meet against eager PyTorch. Two models are deliberately
+awkward for the backend: ``"custom_op"`` holds an op with no ONNX translation and
+``"data_dependent"`` has a data-dependent output shape, so parts of both stay in eager.
+
+Importing this module is cheap: ``transformers`` is imported only when ``"tiny_llama"``
+is built, and the custom op is registered only when ``"custom_op"`` is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ortlab import errors
+
+__all__ = ["ZooModel", "all_models", "get", "names"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooModel:
+    """One example model of the zoo.
+
+    Attributes:
+        name: Short identifier, e.g. ``"mlp"``; the key of :func:`get`.
+        description: One line for tables.
+        build: Builds a fresh model, deterministically (same weights on every call), in
+            ``eval()`` mode.
+        make_inputs: Returns the example positional inputs for a batch size,
+            deterministically.
+        batch_sizes: The batch-size sweep, ascending; several sizes above 1 and usually 1.
+        default_batch: The batch size used when none is given; one of ``batch_sizes``.
+        trainable: Whether gradients make sense (floating parameters on the path to the
+            output and a differentiable graph).
+        atol: Absolute tolerance an ONNX Runtime result (float32) should meet against eager.
+        rtol: Relative tolerance an ONNX Runtime result (float32) should meet against eager.
+        dynamo_config: ``torch._dynamo.config`` overrides the model needs, e.g.
+            ``{"capture_dynamic_output_shape_ops": True}``; apply them with
+            ``torch._dynamo.config.patch(**model.dynamo_config)``. Stored read-only.
+        expects_fallback: True when part of the model is expected to stay in eager PyTorch
+            (an op without an ONNX translation, a data-dependent op).
+    """
+
+    name: str
+    description: str
+    build: Callable[[], nn.Module]
+    make_inputs: Callable[[int], tuple]
+    batch_sizes: tuple[int, ...]
+    default_batch: int
+    trainable: bool
+    atol: float
+    rtol: float
+    # hash=False: a mappingproxy is unhashable, and leaving it out keeps ZooModel hashable.
+    dynamo_config: Mapping[str, object] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}), hash=False
+    )
+    expects_fallback: bool = False
+
+    def __post_init__(self) -> None:
+        # Copy, so that mutating the dict passed in cannot change a frozen ZooModel.
+        object.__setattr__(
+            self, "dynamo_config", types.MappingProxyType(dict(self.dynamo_config))
+        )
+        object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))
+        if self.default_batch not in self.batch_sizes:
+            raise errors.UnsupportedOptionError(
+                f"ZooModel {self.name!r}: default_batch={self.default_batch} is not one of "
+                f"batch_sizes={self.batch_sizes}; add it to the sweep or pick one of them."
+            )
+
+    def example_inputs(self, batch: int | None = None) -> tuple:
+        """Returns the example positional inputs for ``batch``.
+
+        Args:
+            batch: Batch size; ``None`` means :attr:`default_batch`. Any size >= 1 works,
+                not only those of :attr:`batch_sizes`.
+
+        Returns:
+            The positional inputs, ready for ``model(*inputs)``.
+        """
+        if batch is None:
+            batch = self.default_batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise errors.UnsupportedOptionError(
+                f"ZooModel {self.name!r}: batch must be an int >= 1, got {batch!r}."
+            )
+        return self.make_inputs(batch)
+
+    def instantiate(self, batch: int | None = None) -> tuple[nn.Module, tuple]:
+        """Builds a fresh model together with its example inputs.
+
+        Args:
+            batch: Batch size of the inputs; ``None`` means :attr:`default_batch`.
+
+        Returns:
+            ``(model, inputs)`` with ``model(*inputs)`` ready to run.
+        """
+        return self.build(), self.example_inputs(batch)
+
+
+def _seeded_build(factory: Callable[[], nn.Module]) -> nn.Module:
+    # fork_rng so that building a model never moves the caller's global RNG; devices=[]
+    # because the zoo builds on CPU and forking CUDA RNGs would initialise CUDA.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = factory()
+    return model.eval()
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --- mlp ---------------------------------------------------------------------------------
+
+
+class _TinyMLP(nn.Module):
+    """The classic 2-4-2 MLP with sigmoid activations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, 4)
+        self.fc2 = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.fc2(torch.sigmoid(self.fc1(x))))
+
+
+def _build_mlp() -> nn.Module:
+    return _seeded_build(_TinyMLP)
+
+
+def _mlp_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 2, generator=_generator(1)),)
+
+
+# --- gelu_mlp ----------------------------------------------------------------------------
+
+
+def _build_gelu_mlp() -> nn.Module:
+    return _seeded_build(
+        lambda: nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+    )
+
+
+def _gelu_mlp_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 512, generator=_generator(2)),)
+
+
+# --- cnn ---------------------------------------------------------------------------------
+
+
+def _build_cnn() -> nn.Module:
+    return _seeded_build(
+        lambda: nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
+        )
+    )
+
+
+def _cnn_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 3, 32, 32, generator=_generator(3)),)
+
+
+# --- transformer_layer -------------------------------------------------------------------
+
+
+class _EncoderLayerNoFastPath(nn.Module):
+    """Runs an ``nn.TransformerEncoderLayer`` on its composite ("slow") path only.
+
+    ``TransformerEncoderLayer.forward`` takes a fused fast path
+    (``torch._transformer_encoder_layer_fwd``) whenever the layer is in eval mode and grad
+    is off, and ``MultiheadAttention.forward`` likewise takes
+    ``torch._native_multi_head_attention``. Dynamo evaluates those checks while tracing, so
+    a model compiled under ``torch.no_grad()`` becomes one fused op that has no ONNX
+    translation. The switch that turns both off, ``torch.backends.mha``, is process-wide,
+    so instead this forward spells out the layer's slow path with its own submodules and
+    ``F.multi_head_attention_forward``, which has no fast path. The weights stay in a real
+    ``TransformerEncoderLayer`` (attribute ``layer``), so its state_dict keys are the
+    usual ones.
+    """
+
+    def __init__(self, layer: nn.TransformerEncoderLayer) -> None:
+        super().__init__()
+        if not layer.self_attn.batch_first or not layer.self_attn._qkv_same_embed_dim:
+            raise errors.UnsupportedOptionError(
+                "_EncoderLayerNoFastPath needs a batch_first layer whose query, key and value "
+                "share one embedding size."
+            )
+        self.layer = layer
+
+    def _self_attention(self, x: torch.Tensor) -> torch.Tensor:
+        attn = self.layer.self_attn
+        # multi_head_attention_forward wants (seq, batch, embed); the layer is batch_first.
+        q = x.transpose(0, 1)
+        out, _ = F.multi_head_attention_forward(
+            q,
+            q,
+            q,
+            attn.embed_dim,
+            attn.num_heads,
+            attn.in_proj_weight,
+            attn.in_proj_bias,
+            attn.bias_k,
+            attn.bias_v,
+            attn.add_zero_attn,
+            attn.dropout,
+            attn.out_proj.weight,
+            attn.out_proj.bias,
+            training=attn.training,
+            need_weights=False,
+        )
+        return self.layer.dropout1(out.transpose(0, 1))
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        layer = self.layer
+        return layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        layer = self.layer
+        x = src
+        if layer.norm_first:
+            x = x + self._self_attention(layer.norm1(x))
+            return x + self._feed_forward(layer.norm2(x))
+        x = layer.norm1(x + self._self_attention(x))
+        return layer.norm2(x + self._feed_forward(x))
+
+
+def _build_transformer_layer() -> nn.Module:
+    return _seeded_build(
+        lambda: _EncoderLayerNoFastPath(
+            nn.TransformerEncoderLayer(
+                d_model=256, nhead=4, dim_feedforward=512, dropout=0.0, batch_first=True
+            )
+        )
+    )
+
+
+def _transformer_layer_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 128, 256, generator=_generator(4)),)
+
+
+# --- tiny_llama --------------------------------------------------------------------------
+
+_LLAMA_SEQ = 8
+
+
+class _TinyLlama(nn.Module):
+    """Wraps a ``transformers`` LlamaModel as ``(input_ids, attention_mask, position_ids)``."""
+
+    def __init__(self, llama: nn.Module) -> None:
+        super().__init__()
+        self.llama = llama
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        # use_cache=False: otherwise LlamaModel builds a DynamicCache (a Python object the
+        # compiled graph would have to return) although only the hidden states are wanted.
+        return self.llama(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            return_dict=False,
+        )[0]
+
+
+def _build_tiny_llama() -> nn.Module:
+    from ortlab import _deps
+
+    transformers = _deps.require("transformers")
+    config = transformers.LlamaConfig(
+        num_hidden_layers=1,
+        vocab_size=1024,
+        hidden_size=16,
+        intermediate_size=16,
+        max_position_embeddings=256,
+        num_attention_heads=2,
+        attention_dropout=0.0,
+        # Eager attention is plain matmul/softmax; the SDPA path adds masking heuristics.
+        attn_implementation="eager",
+    )
+    return _seeded_build(lambda: _TinyLlama(transformers.LlamaModel(config)))
+
+
+def _tiny_llama_inputs(batch: int) -> tuple:
+    seq = _LLAMA_SEQ
+    input_ids = torch.randint(0, 7, (batch, seq), generator=_generator(5), dtype=torch.int64)
+    position_ids = torch.arange(seq).unsqueeze(0).view(-1, seq)
+    return (input_ids, None, position_ids)
+
+
+# --- custom_op ---------------------------------------------------------------------------
+
+_SOFT_CLIP_LIMIT = 2.0
+
+
+def _soft_clip_op() -> torch._ops.OpOverloadPacket:
+    """Returns ``torch.ops.ortlab_zoo.soft_clip``, registering it on first use.
+
+    Registration is lazy (the first ``"custom_op"`` build) and checks the op registry first,
+    so importing or reloading this module never registers the op twice.
+    """
+    if not hasattr(torch.ops.ortlab_zoo, "soft_clip"):
+        _register_soft_clip()
+    return torch.ops.ortlab_zoo.soft_clip
+
+
+def _register_soft_clip() -> None:
+    @torch.library.custom_op("ortlab_zoo::soft_clip", mutates_args=())
+    def soft_clip(x: torch.Tensor, limit: float) -> torch.Tensor:
+        """Smoothly clips ``x`` to ``(-limit, limit)``: ``limit * tanh(x / limit)``."""
+        return limit * torch.tanh(x / limit)
+
+    @soft_clip.register_fake
+    def _(x: torch.Tensor, limit: float) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    def setup_context(ctx, inputs, output) -> None:
+        x, limit = inputs
+        ctx.save_for_backward(x)
+        ctx.limit = limit
+
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(x / ctx.limit)
+        return grad * (1 - t * t), None
+
+    soft_clip.register_autograd(backward, setup_context=setup_context)
+
+
+class _SoftClipMLP(nn.Module):
+    """MLP with a custom op in the middle, so that eager fallback splits it in two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+        _soft_clip_op()  # registers the op before the first forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.ops.ortlab_zoo.soft_clip(torch.relu(self.fc1(x)), _SOFT_CLIP_LIMIT)
+        return torch.sigmoid(self.fc2(h))
+
+
+def _build_custom_op() -> nn.Module:
+    return _seeded_build(_SoftClipMLP)
+
+
+def _custom_op_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 8, generator=_generator(6)),)
+
+
+# --- data_dependent ----------------------------------------------------------------------
+
+
+class _MaskedSumMLP(nn.Module):
+    """Boolean-mask indexing (``nonzero``) in the middle of an otherwise static model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        # The number of picked elements depends on the values: a data-dependent shape.
+        picked = h[h > 0.5]
+        return self.fc2(h) + (picked * 2).sum() + h.mean()
+
+
+def _build_data_dependent() -> nn.Module:
+    return _seeded_build(_MaskedSumMLP)
+
+
+def _data_dependent_inputs(batch: int) -> tuple:
+    return (torch.randn(batch, 8, generator=_generator(7)),)
+
+
+# --- registry ----------------------------------------------------------------------------
+
+_MODELS: tuple[ZooModel, ...] = (
+    ZooModel(
+        name="mlp",
+        description="2-4-2 MLP with sigmoids (the smallest possible graph)",
+        build=_build_mlp,
+        make_inputs=_mlp_inputs,
+        batch_sizes=(1, 2, 4, 6, 8),
+        default_batch=4,
+        trainable=True,
+        atol=1e-5,
+        rtol=1e-5,
+    ),
+    ZooModel(
+        name="gelu_mlp",
+        description="512-2048-512 MLP with GELU (matmul-bound)",
+        build=_build_gelu_mlp,
+        make_inputs=_gelu_mlp_inputs,
+        batch_sizes=(1, 8, 32, 64),
+        default_batch=64,
+        trainable=True,
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    ZooModel(
+        name="cnn",
+        description="Two-conv CNN classifier for 3x32x32 images",
+        build=_build_cnn,
+        make_inputs=_cnn_inputs,
+        batch_sizes=(1, 2, 8),
+        default_batch=8,
+        trainable=True,
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    ZooModel(
+        name="transformer_layer",
+        description="TransformerEncoderLayer d=256, 4 heads, seq 128 (fused fast path off)",
+        build=_build_transformer_layer,
+        make_inputs=_transformer_layer_inputs,
+        batch_sizes=(1, 2, 8),
+        default_batch=8,
+        trainable=True,
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    ZooModel(
+        name="tiny_llama",
+        description="One-layer transformers LlamaModel, hidden 16, seq 8 (needs transformers)",
+        build=_build_tiny_llama,
+        make_inputs=_tiny_llama_inputs,
+        batch_sizes=(2, 4, 9),
+        default_batch=2,
+        trainable=True,
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    ZooModel(
+        name="custom_op",
+        description="MLP around a custom op with no ONNX translation (stays in eager)",
+        build=_build_custom_op,
+        make_inputs=_custom_op_inputs,
+        batch_sizes=(1, 4, 16),
+        default_batch=4,
+        trainable=True,
+        atol=1e-5,
+        rtol=1e-5,
+        expects_fallback=True,
+    ),
+    ZooModel(
+        name="data_dependent",
+        description="MLP with boolean-mask indexing (data-dependent shape, stays in eager)",
+        build=_build_data_dependent,
+        make_inputs=_data_dependent_inputs,
+        batch_sizes=(1, 4, 16),
+        default_batch=4,
+        trainable=False,
+        atol=1e-4,
+        rtol=1e-4,
+        dynamo_config={"capture_dynamic_output_shape_ops": True},
+        expects_fallback=True,
+    ),
+)
+
+_BY_NAME: dict[str, ZooModel] = {m.name: m for m in _MODELS}
+
+
+def names() -> tuple[str, ...]:
+    """Returns the names of the zoo models, in presentation order."""
+    return tuple(m.name for m in _MODELS)
+
+
+def get(name: str) -> ZooModel:
+    """Returns the zoo model called ``name``.
+
+    Args:
+        name: One of :func:`names`.
+
+    Returns:
+        The :class:`ZooModel`.
+
+    Raises:
+        UnsupportedOptionError: ``name`` is not a zoo model.
+    """
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise errors.UnsupportedOptionError(
+            f"Unknown zoo model {name!r}; choose one of: {', '.join(names())}."
+        ) from None
+
+
+def all_models() -> tuple[ZooModel, ...]:
+    """Returns every zoo model, in the order of :func:`names`."""
+    return _MODELS
