@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ortlab.backend import (
     GraphRecord,
+    backend_of,
+    compile,
     OrtBackend,
     OrtBackendOptions,
     OrtExecutionProvider,
@@ -35,6 +37,8 @@ __all__ = [
     "OrtBackend",
     "OrtBackendOptions",
     "OrtExecutionProvider",
+    "compile",
+    "backend_of",
     # Records
     "GraphRecord",
     "PartitionRecord",
@@ -46,9 +50,42 @@ __all__ = [
     "ExportError",
     "SessionError",
     "MissingDependencyError",
+    # Lab: numerics, benchmarks, views (heavy dependencies load on first use)
+    "diff",
+    "bench",
+    "inspect",
+    "report",
     # Notebook extension
     "load_ipython_extension",
 ]
+
+
+def diff(fn, *args, **kwargs):
+    """Compares an ortlab-compiled call with eager PyTorch; see :func:`ortlab._numerics.diff`."""
+    from ortlab import _numerics
+
+    return _numerics.diff(fn, *args, **kwargs)
+
+
+def bench(fn, *args, **kwargs):
+    """Benchmarks eager, inductor, ortlab and bare ORT; see :func:`ortlab._bench.bench`."""
+    from ortlab import _bench
+
+    return _bench.bench(fn, *args, **kwargs)
+
+
+def inspect(obj, **kwargs):
+    """The Inspector widget for a backend or compiled callable (text outside notebooks)."""
+    from ortlab import views
+
+    return views.inspect(obj, **kwargs)
+
+
+def report(obj, path, **kwargs):
+    """Writes a self-contained HTML report of ``obj`` to ``path``; returns the path."""
+    from ortlab import views
+
+    return views.report(obj, path, **kwargs)
 
 
 def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPython

@@ -6,7 +6,7 @@ notebooks. Everything it does is written into records (:mod:`ortlab.backend.reco
 
 from __future__ import annotations
 
-from ortlab.backend._backend import OrtBackend, torch_compile_backend
+from ortlab.backend._backend import OrtBackend, backend_of, compile, torch_compile_backend
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._support import OrtOperatorSupport
 from ortlab.backend.records import GraphRecord, PartitionRecord, SessionRecord, Verdict
@@ -17,6 +17,8 @@ __all__ = [
     "OrtBackendOptions",
     "OrtExecutionProvider",
     "torch_compile_backend",
+    "compile",
+    "backend_of",
     # Support
     "OrtOperatorSupport",
     # Records

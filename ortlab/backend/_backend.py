@@ -277,3 +277,61 @@ def torch_compile_backend(
 ) -> Any:
     """The function Dynamo calls for ``backend="ortlab"`` (and ``"onnxrt"``)."""
     return OrtBackend.get_cached_instance_for_options(options)(graph_module, example_inputs)
+
+
+def backend_of(obj: Any) -> OrtBackend:
+    """The :class:`OrtBackend` behind ``obj``: a backend, the result of
+    :func:`ortlab.compile`, or a ``torch.compile``-d callable that used ortlab.
+
+    Raises:
+        UnsupportedOptionError: ``obj`` was not compiled with ortlab.
+    """
+    from ortlab import errors
+
+    if isinstance(obj, OrtBackend):
+        return obj
+    attached = getattr(obj, "ortlab_backend", None)
+    if isinstance(attached, OrtBackend):
+        return attached
+    found = _torch_private.dynamo_backend_of(obj)
+    if isinstance(found, tuple) and isinstance(found[0], OrtBackend):
+        return found[0]
+    if isinstance(found, OrtBackend):
+        return found
+    if isinstance(found, tuple) and found[0] is torch_compile_backend:
+        return OrtBackend.get_cached_instance_for_options(found[1].get("options"))
+    if found is torch_compile_backend:
+        return OrtBackend.get_cached_instance_for_options(None)
+    raise errors.UnsupportedOptionError(
+        f"{type(obj).__name__} was not compiled with ortlab: pass an OrtBackend, the result "
+        "of ortlab.compile(...), or torch.compile(..., backend=OrtBackend(...))."
+    )
+
+
+def compile(  # noqa: A001 - mirrors torch.compile on purpose
+    model: Callable[..., Any],
+    *,
+    dynamic: bool | None = True,
+    fullgraph: bool = False,
+    options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
+    **option_kwargs: Any,
+) -> Callable[..., Any]:
+    """``torch.compile`` with a fresh :class:`OrtBackend`, reachable as ``.ortlab_backend``.
+
+    Args:
+        model: Module or function to compile.
+        dynamic: Passed to ``torch.compile`` (symbolic shapes by default).
+        fullgraph: Passed to ``torch.compile``.
+        options: :class:`OrtBackendOptions` or a dict; ``option_kwargs`` are merged in.
+    """
+    import dataclasses
+
+    resolved = _options.OrtBackendOptions.from_value(options)
+    if option_kwargs:
+        merged = {f.name: getattr(resolved, f.name) for f in dataclasses.fields(resolved)}
+        merged.update(option_kwargs)
+        resolved = _options.OrtBackendOptions.from_value(merged)
+    backend = OrtBackend(resolved)
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
+    compiled.ortlab_backend = backend  # type: ignore[attr-defined]
+    return compiled

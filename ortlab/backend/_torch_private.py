@@ -236,3 +236,35 @@ def lower_to_aten(
                 example = node.meta.get("example_value")
                 fakes.append(example if isinstance(example, torch.SymInt) else x)
         return make_fx(graph_module, decomposition_table=decompositions)(*fakes)
+
+
+def dynamo_backend_of(compiled: Any) -> Any:
+    """The backend object a ``torch.compile``-d module or function was compiled with
+    (``OptimizedModule.dynamo_ctx.callback._torchdynamo_orig_backend``), or ``None``.
+
+    For string backends given ``options=``, returns ``(compiler_fn, kwargs)``.
+    """
+    ctx = getattr(compiled, "dynamo_ctx", None)
+    if ctx is None:
+        # torch.compile(fn) returns a wrapper whose closure holds the OptimizeContext.
+        for cell in getattr(compiled, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if hasattr(value, "callback"):
+                ctx = value
+                break
+    backend = getattr(ctx, "callback", None)
+    # CatchErrorsWrapper -> ConvertFrame -> backend: follow the chain of wrappers.
+    for _ in range(4):
+        inner = getattr(backend, "_torchdynamo_orig_backend", None)
+        if inner is None:
+            break
+        backend = inner
+    if backend is None:
+        return None
+    inner = getattr(backend, "compiler_fn", None)  # _TorchCompileWrapper
+    if inner is not None:
+        return inner, dict(getattr(backend, "kwargs", {}) or {})
+    return backend
