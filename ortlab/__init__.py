@@ -19,6 +19,7 @@ from ortlab.backend import (
     OrtBackendOptions,
     OrtExecutionProvider,
     PartitionRecord,
+    RunEvent,
     SessionRecord,
     Verdict,
 )
@@ -42,6 +43,7 @@ __all__ = [
     # Records
     "GraphRecord",
     "PartitionRecord",
+    "RunEvent",
     "SessionRecord",
     "Verdict",
     # Errors

@@ -9,7 +9,13 @@ from __future__ import annotations
 from ortlab.backend._backend import OrtBackend, backend_of, compile, torch_compile_backend
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._support import OrtOperatorSupport
-from ortlab.backend.records import GraphRecord, PartitionRecord, SessionRecord, Verdict
+from ortlab.backend.records import (
+    GraphRecord,
+    PartitionRecord,
+    RunEvent,
+    SessionRecord,
+    Verdict,
+)
 
 __all__ = [
     # Backend
@@ -24,6 +30,7 @@ __all__ = [
     # Records
     "GraphRecord",
     "PartitionRecord",
+    "RunEvent",
     "SessionRecord",
     "Verdict",
 ]

@@ -56,6 +56,7 @@ class OrtBackend:
         self._warned_static = False
         self._dump_counters: dict[str, int] = {}
         self._aot: Callable[..., Any] | None = None
+        self._observers: list[Callable[[records.RunEvent], None]] = []
 
     # -- public --------------------------------------------------------------------
     @property
@@ -140,6 +141,20 @@ class OrtBackend:
         self._check_static(graph_module)
         logger.debug("compiled %r", record)
         return partitioned
+
+    def add_observer(self, callback: Callable[[records.RunEvent], None]) -> Callable[[], None]:
+        """Calls ``callback(RunEvent)`` after every partition run in ONNX Runtime.
+
+        The numerics tools use this to see exactly what ORT received and returned.
+        Returns a function that removes the observer.
+        """
+        self._observers.append(callback)
+
+        def remove() -> None:
+            if callback in self._observers:
+                self._observers.remove(callback)
+
+        return remove
 
     def clear_sessions(self) -> None:
         """Drops every ONNX Runtime session; they are re-created on the next call."""

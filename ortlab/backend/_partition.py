@@ -119,7 +119,12 @@ class OrtPartitionModule(torch.nn.Module):
             session_record.timings["first_run"] = time.perf_counter() - start
         session_record.run_count += 1
         self.record.run_count += 1
-        self._backend.execution_count += 1
+        backend = self._backend
+        backend.execution_count += 1
+        if backend._observers:
+            event = records.RunEvent(self.record, session_record, tuple(args), tuple(outputs))
+            for observer in tuple(backend._observers):
+                observer(event)
         return outputs[0] if self._single else tuple(outputs)
 
     # -- sessions ------------------------------------------------------------------

@@ -269,3 +269,17 @@ class GraphRecord:
         eager = [(v.node, v.target, v.reason) for v in self.verdicts if not v.supported]
         eager_html = _html.table(("node", "target", "reason"), eager) if eager else ""
         return _html.block(f"Graph {self.index} ({self.kind})", summary + eager_html)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunEvent:
+    """One partition run in ONNX Runtime, as seen by ``OrtBackend.add_observer`` callbacks.
+
+    ``inputs`` are exactly the values handed to ONNX Runtime's side of the partition (the
+    partition's placeholders, in order); ``outputs`` what it returned, in order.
+    """
+
+    partition: PartitionRecord
+    session: SessionRecord
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
