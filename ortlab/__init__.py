@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from ortlab.backend import (
     GraphRecord,
-    backend_of,
-    compile,
     OrtBackend,
     OrtBackendOptions,
     OrtExecutionProvider,
@@ -22,6 +20,8 @@ from ortlab.backend import (
     RunEvent,
     SessionRecord,
     Verdict,
+    backend_of,
+    compile,
 )
 from ortlab.errors import (
     ExportError,
@@ -63,7 +63,7 @@ __all__ = [
 
 
 def diff(fn, *args, **kwargs):
-    """Compares an ortlab-compiled call with eager PyTorch; see :func:`ortlab._numerics.diff`."""
+    """Compares an ortlab-compiled call with eager PyTorch (:func:`ortlab._numerics.diff`)."""
     from ortlab import _numerics
 
     return _numerics.diff(fn, *args, **kwargs)

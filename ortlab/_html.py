@@ -23,7 +23,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows
     )
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f'<table class="ortlab">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (
+        f'<table class="ortlab">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def block(title: str, body_html: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 import torch.fx
 
-from ortlab.backend import _options, _partition, _support, _torch_private, records
+from ortlab.backend import _export, _options, _partition, _support, _torch_private, records
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +102,13 @@ class OrtBackend:
         support = _support.OrtOperatorSupport(
             _torch_private.onnx_registry(), excluded_ops=self._options.excluded_ops
         )
-        verdicts = [
-            support.verdict(n) for n in graph_module.graph.nodes if n.op == "call_function"
-        ]
+        # The partitioner rewrites the graph in place: work on a copy so the record keeps
+        # the graph exactly as received.
+        work = _export.copy_graph_module(graph_module)
+        verdicts = [support.verdict(n) for n in work.graph.nodes if n.op == "call_function"]
         support_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        partitioned, members = _partition.partition_graph(graph_module, support)
+        partitioned, members = _partition.partition_graph(work, support)
         record = records.GraphRecord(
             index=len(self.graphs),
             kind=kind,
@@ -323,7 +324,7 @@ def backend_of(obj: Any) -> OrtBackend:
     )
 
 
-def compile(  # noqa: A001 - mirrors torch.compile on purpose
+def compile(
     model: Callable[..., Any],
     *,
     dynamic: bool | None = True,

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-import copy
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -95,8 +95,13 @@ def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
         for v in values:
             if isinstance(v, torch.Tensor):
                 dtypes.add(v.dtype)
-            elif isinstance(v, (torch.SymFloat, float)):
+            elif isinstance(v, torch.SymFloat):
                 dtypes.add(torch.float64)
+            elif isinstance(v, torch.SymBool):
+                dtypes.add(torch.bool)
+            elif isinstance(v, torch.SymInt):
+                # A SymInt value is an INT64 tensor on the ONNX side.
+                dtypes.add(torch.int64)
     return not (len(dtypes) == 1 and next(iter(dtypes)).is_floating_point)
 
 
@@ -154,10 +159,18 @@ def _export_retrace(
             "the re-tracing exporter needs tensor inputs; this partition takes Python scalars"
         )
     start = time.perf_counter()
-    with _torch_private.quiet_exporter():
-        program = torch.onnx.export(
-            copy_graph_module(gm), tuple(args), dynamo=True, verbose=False, optimize=False
-        )
+    work = copy_graph_module(gm)
+    example = tuple(a.detach().clone() for a in args)
+
+    def run() -> Any:
+        with _torch_private.quiet_exporter():
+            return torch.onnx.export(work, example, dynamo=True, verbose=False, optimize=False)
+
+    # A partition's first call runs inside AOTAutograd's runtime, whose thread-local
+    # dispatch state (Python/ADInplaceOrView keys) breaks torch.export's functionalization.
+    # A fresh thread starts with clean thread-local state.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        program = pool.submit(run).result()
     timings["translate"] = time.perf_counter() - start
     start = time.perf_counter()
     proto = program.model_proto
@@ -230,7 +243,3 @@ def export_partition(
     return ExportedModel(
         proto=proto, method=method, timings=timings, frozen_inputs=tuple(sorted(frozen))
     )
-
-
-def deepcopy_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
-    return copy.deepcopy(proto)

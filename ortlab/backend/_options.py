@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime
 
-OrtExecutionProvider = Union[str, tuple[str, Mapping[str, Any]]]
-"""An execution provider: ``"CUDAExecutionProvider"`` or ``("CUDAExecutionProvider", {...})``."""
+OrtExecutionProvider = Union[str, tuple[str, Mapping[str, Any]]]  # noqa: UP007 (runtime alias)
+"""An execution provider: a name, or a ``(name, provider_options)`` pair."""
 
 
 def _normalize_providers(
@@ -188,5 +188,6 @@ class OrtBackendOptions:
                 )
             return cls(**value)
         raise errors.UnsupportedOptionError(
-            f"ortlab options must be an OrtBackendOptions, a dict or None; got {type(value)!r}."
+            "ortlab options must be an OrtBackendOptions, a dict or None; "
+            f"got {type(value)!r}."
         )

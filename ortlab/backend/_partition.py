@@ -37,7 +37,7 @@ MAX_SESSIONS_PER_PARTITION = 8
 def partition_graph(
     gm: torch.fx.GraphModule, support: Any
 ) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...]]]]:
-    """Fuses supported nodes; returns the new graph and ``(name, node names)`` per partition."""
+    """Fuses supported nodes; returns the graph and ``(name, node names)`` per partition."""
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     # The fuser numbers partitions in the order given; keep our naming aligned with it.

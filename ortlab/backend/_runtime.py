@@ -260,9 +260,11 @@ class OrtRunner:
             shape = []
             for dim in value.shape:
                 if isinstance(dim, torch.SymInt):
-                    expr = dim.node.expr.xreplace(bindings)
-                    if not expr.is_number:
-                        return None
+                    expr = dim.node.expr
+                    if not isinstance(expr, int):
+                        expr = expr.xreplace(bindings)
+                        if not expr.is_number:
+                            return None  # e.g. an unbacked (data-dependent) size
                     shape.append(int(expr))
                 else:
                     shape.append(int(dim))
@@ -277,7 +279,10 @@ class OrtRunner:
         outputs = self._C.OrtValueVector()
         prealloc = None
         if self.preallocate_output:
-            shapes = self._output_shapes(args)
+            try:
+                shapes = self._output_shapes(args)
+            except Exception:  # an expression we cannot evaluate: let ORT allocate
+                shapes = None
             if shapes is not None:
                 prealloc = [
                     torch.empty(shape, dtype=v.dtype, device=dev)

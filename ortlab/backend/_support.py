@@ -10,8 +10,10 @@
 #   5. ``getitem``                                        -> follows its producer
 #   6. in-place / mutating ops                            -> eager, ONNX values are immutable
 #   7. dtypes without an ONNX Runtime/numpy mapping       -> eager (complex, bfloat16, fp8)
-#   8. RNG ops (``Tag.nondeterministic_seeded``)          -> eager, except SDPA with p == 0
-#   9. no translation in the registry                     -> eager
+#   8. RNG ops (``Tag.nondeterministic_seeded``)          -> eager, except attention
+#      (scaled_dot_product_*) whose ``dropout_p`` is 0
+#   9. ops whose ONNX translation fakes auxiliary outputs  -> eager when those are used
+#  10. no translation in the registry                     -> eager
 """
 
 from __future__ import annotations
@@ -52,13 +54,16 @@ _ASSERTIONS = frozenset(
     }
 )
 
-_SDPA_WITH_DROPOUT_ARG = {
-    torch.ops.aten.scaled_dot_product_attention.default: 3,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: 1,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default: 4,
-    torch.ops.aten._scaled_dot_product_flash_attention.default: 3,
-}
 _SDPA_DROPOUT_KWARG = "dropout_p"
+
+# Ops whose torchlib translation computes only the first output and returns placeholders
+# (zeros) for the auxiliary ones (logsumexp, philox seeds…). Running them in ORT is only
+# right when nothing reads those outputs — AOTAutograd saves logsumexp for backward.
+_PLACEHOLDER_AUX_OUTPUTS = (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+)
 
 
 def target_text(target: Any) -> str:
@@ -107,12 +112,16 @@ def _is_tensor_result(value: Any) -> bool:
 
 
 def _dropout_p(node: torch.fx.Node) -> Any:
-    if _SDPA_DROPOUT_KWARG in node.kwargs:
-        return node.kwargs[_SDPA_DROPOUT_KWARG]
-    index = _SDPA_WITH_DROPOUT_ARG.get(node.target)  # type: ignore[arg-type]
-    if index is not None and len(node.args) > index:
-        return node.args[index]
-    return 0.0
+    """The ``dropout_p`` argument of an attention op (``None`` when it has none)."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == _SDPA_DROPOUT_KWARG:
+            if arg.name in node.kwargs:
+                return node.kwargs[arg.name]
+            if i < len(node.args) and not arg.kwarg_only:
+                return node.args[i]
+            return arg.default_value
+    return None
 
 
 class OrtOperatorSupport(OperatorSupportBase):
@@ -185,12 +194,25 @@ class OrtOperatorSupport(OperatorSupportBase):
             isinstance(target, torch._ops.OpOverload)
             and torch.Tag.nondeterministic_seeded in target.tags
         ):
-            if target in _SDPA_WITH_DROPOUT_ARG and _dropout_p(node) == 0:
+            if "scaled_dot_product" in target.__name__ and _dropout_p(node) == 0:
                 pass  # attention without dropout is deterministic
             else:
                 return False, (
                     "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from "
                     "PyTorch's, so it runs in PyTorch to keep results reproducible"
+                )
+        if isinstance(target, torch._ops.OpOverload) and target.__name__.startswith(
+            _PLACEHOLDER_AUX_OUTPUTS
+        ):
+            used = sorted(
+                user.args[1]
+                for user in node.users
+                if user.target is operator.getitem and user.args[1] != 0 and user.users
+            )
+            if used:
+                return False, (
+                    f"outputs {used} (e.g. logsumexp, saved for backward) are used, but the "
+                    "ONNX translation returns placeholders for them; runs in PyTorch"
                 )
         if not self._registry.is_registered(target):
             return False, (

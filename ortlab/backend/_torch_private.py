@@ -5,7 +5,7 @@
 # PyTorch upgrade breaks one module, and tests/test_torch_private.py pins their behaviour:
 #
 #   torch.onnx._internal.exporter._registration.ONNXRegistry   op registry (torchlib)
-#   torch.onnx._internal.exporter._core._translate_fx_graph     FX graph -> onnx_ir, no re-trace
+#   torch.onnx._internal.exporter._core._translate_fx_graph     FX -> onnx_ir, no re-trace
 #   torch.onnx._internal.exporter._core._set_shape_type         shape/dtype of an onnx_ir value
 #   torch.onnx._internal.exporter._ir_passes.add_opset_imports  opset imports of a new model
 #   torch.onnx._internal.exporter._constants.ONNX_IR_VERSION
@@ -40,7 +40,7 @@ def _check_direct_translation() -> str | None:
     """``None`` when the exporter internals have the signatures ortlab was written for."""
     try:
         from torch.onnx._internal.exporter import _core, _ir_passes  # noqa: F401
-        from torch.onnx._internal.fx import passes  # noqa: F401
+        from torch.onnx._internal.fx import passes
 
         params = inspect.signature(_core._translate_fx_graph).parameters
         expected = {"fx_graph", "model", "graph_like", "owned_graphs", "lower", "registry"}
@@ -141,7 +141,7 @@ def set_value_shape_type(value: ir.Value, meta_value: Any) -> None:
 
 
 def torch_tensor_as_ir(tensor: torch.Tensor, name: str) -> Any:
-    """Wraps a torch tensor as an onnx_ir tensor without copying (the exporter's TorchTensor)."""
+    """Wraps a torch tensor as an onnx_ir tensor, without copying (exporter's TorchTensor)."""
     from torch.onnx._internal.exporter import _core
 
     return _core.TorchTensor(tensor, name=name)

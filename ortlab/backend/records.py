@@ -127,7 +127,8 @@ class SessionRecord:
             f"SessionRecord({self.partition}#{self.index}: inputs={list(self.input_schema)}, "
             f"outputs={list(self.output_schema)}, providers={list(self.providers)}, "
             f"onnx_nodes={self.onnx_node_count}, runs={self.run_count}, "
-            f"export={self.export_seconds * 1e3:.1f}ms, session={self.session_seconds * 1e3:.1f}ms)"
+            f"export={self.export_seconds * 1e3:.1f}ms, "
+            f"session={self.session_seconds * 1e3:.1f}ms)"
         )
 
     def _repr_html_(self) -> str:

@@ -1,0 +1,117 @@
+"""OrtBackendOptions validation and the backend instance cache (seed 001's matrix)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnxruntime
+import pytest
+import torch
+
+import ortlab
+from ortlab import OrtBackend, OrtBackendOptions
+
+
+def test_options_are_frozen_and_documented():
+    opts = OrtBackendOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.preallocate_output = True  # type: ignore[misc]
+    source = open(ortlab.backend._options.__file__, encoding="utf-8").read()
+    for field in dataclasses.fields(OrtBackendOptions):
+        # Every field is followed by a docstring in the class body.
+        assert f"{field.name}:" in source
+        after = source.split(f"    {field.name}:", 1)[1]
+        assert '"""' in after.split("\n\n", 1)[0], f"{field.name} has no docstring"
+
+
+def test_unknown_dict_key_names_the_valid_options():
+    with pytest.raises(ortlab.UnsupportedOptionError) as info:
+        OrtBackendOptions.from_value({"use_aot_autograd": True, "prealocate_output": True})
+    message = str(info.value)
+    assert "'prealocate_output'" in message
+    assert "preallocate_output" in message and "dump_path" in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"preferred_execution_providers": "CPUExecutionProvider"}, "sequence"),
+        ({"preferred_execution_providers": [42]}, "42"),
+        ({"use_aot_autograd": "yes"}, "use_aot_autograd"),
+        ({"dynamic_shapes": "auto"}, "dynamic_shapes"),
+        ({"pre_ort_model_transforms": [1]}, "not callable"),
+        ({"ort_session_options": {"threads": 1}}, "SessionOptions"),
+        ({"dump_path": 3}, "dump_path"),
+    ],
+)
+def test_bad_option_values_are_clear_errors(kwargs, needle):
+    with pytest.raises(ortlab.UnsupportedOptionError, match=needle):
+        OrtBackendOptions(**kwargs)
+
+
+def test_providers_are_normalised_so_dicts_equal_dataclasses():
+    opts = OrtBackendOptions(preferred_execution_providers=["A", ("B", {"x": 1}), ("C", None)])
+    assert opts.preferred_execution_providers == (("A", {}), ("B", {"x": 1}), ("C", {}))
+    assert OrtBackendOptions.from_value(dataclasses.asdict(opts)) == opts
+
+
+CACHEABLE = [
+    None,
+    OrtBackendOptions(),
+    OrtBackendOptions(use_aot_autograd=True),
+    OrtBackendOptions(use_aot_autograd=False),
+    OrtBackendOptions(preallocate_output=True),
+    OrtBackendOptions(preallocate_output=False),
+    OrtBackendOptions(infer_execution_providers=True),
+    OrtBackendOptions(infer_execution_providers=False),
+    OrtBackendOptions(preferred_execution_providers=["A", "B", "C"]),
+    OrtBackendOptions(preferred_execution_providers=["A", "B", ("C", {"option": "value"})]),
+    OrtBackendOptions(default_execution_providers=["Something"]),
+    OrtBackendOptions(dynamic_shapes=True),
+    OrtBackendOptions(use_aot_autograd=False, dynamic_shapes=True),
+]
+
+
+@pytest.mark.parametrize("options", CACHEABLE, ids=lambda o: repr(o)[:60])
+def test_equal_options_share_one_cached_instance(options):
+    assert not OrtBackend.get_cached_instances()
+    first = OrtBackend.get_cached_instance_for_options(options)
+    again = OrtBackend.get_cached_instance_for_options(options)
+    assert again is first
+    assert len(OrtBackend.get_cached_instances()) == 1
+    as_dict = dataclasses.asdict(options) if options is not None else None
+    assert OrtBackend.get_cached_instance_for_options(as_dict) is first
+
+
+def test_session_options_are_never_shared():
+    options = OrtBackendOptions(ort_session_options=onnxruntime.SessionOptions())
+    first = OrtBackend.get_cached_instance_for_options(options)
+    second = OrtBackend.get_cached_instance_for_options(options)
+    assert first is not second
+    assert first.options.ort_session_options is options.ort_session_options
+
+
+def test_instance_cache_keeps_at_most_eight_evicting_the_oldest():
+    backends = [
+        OrtBackend.get_cached_instance_for_options({"dump_path": f"p{i}_"}) for i in range(10)
+    ]
+    cached = OrtBackend.get_cached_instances()
+    assert len(cached) == 8
+    assert cached == tuple(backends[2:])
+    OrtBackend.clear_cached_instances()
+    assert OrtBackend.get_cached_instances() == ()
+
+
+def test_compile_accepts_dict_options_and_rejects_unknown_keys():
+    compiled = torch.compile(
+        lambda x: x.relu() + 1, backend="ortlab", options={"preallocate_output": True}
+    )
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), x.relu() + 1)
+    (backend,) = OrtBackend.get_cached_instances()
+    assert backend.options.preallocate_output is True
+    assert backend.execution_count == 1
+
+    bad = torch.compile(lambda x: x + 1, backend="ortlab", options={"no_such_option": 1})
+    with pytest.raises(Exception, match="no_such_option"):
+        bad(x)

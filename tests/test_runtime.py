@@ -1,0 +1,248 @@
+"""Zero-copy runtime edge cases: dtypes, scalars, empty / non-contiguous inputs, aliasing,
+mutation, preallocated outputs, static export, and the no-AOT inference path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ortlab
+from ortlab import OrtBackend, OrtBackendOptions
+
+
+def _compile(fn, backend=None, **kwargs):
+    backend = backend or OrtBackend()
+    kwargs.setdefault("dynamic", True)
+    return torch.compile(fn, backend=backend, **kwargs), backend
+
+
+def _ran_in_ort(backend, runs=1):
+    assert backend.execution_count >= runs
+    assert all(p.error is None for p in backend.partitions), [
+        p.error for p in backend.partitions
+    ]
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32]
+)
+def test_dtypes_round_trip(dtype):
+    def f(x):
+        return x * 3 + x
+
+    compiled, backend = _compile(f)
+    x = (torch.randn(6) * 10).to(dtype)
+    out = compiled(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, f(x))
+    _ran_in_ort(backend)
+
+
+def test_bool_outputs_come_back_as_bool():
+    def f(x):
+        return x > 0, (x > 0).logical_not()
+
+    compiled, backend = _compile(f)
+    x = torch.randn(7)
+    a, b = compiled(x)
+    assert a.dtype == torch.bool and b.dtype == torch.bool
+    assert torch.equal(a, x > 0) and torch.equal(b, x <= 0)
+    _ran_in_ort(backend)
+
+
+def test_mixed_dtype_promotion_is_exact():
+    def f(x, i, m):
+        return x + i, x * m, i / 2
+
+    compiled, backend = _compile(f)
+    x, i, m = torch.randn(4), torch.arange(4), torch.tensor([True, False, True, False])
+    for got, want in zip(compiled(x, i, m), f(x, i, m)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    _ran_in_ort(backend)
+
+
+def test_symint_inputs_and_python_scalars_cross_the_boundary():
+    def f(x):
+        n = x.shape[0]
+        return x * n + torch.full_like(x, 0.5) * (n - 1)
+
+    compiled, backend = _compile(f)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(compiled(x), f(x))
+    _ran_in_ort(backend, runs=3)
+    # The SymInt is computed in Python and fed to ORT as a 0-d int64 input.
+    schema = backend.sessions[0].input_schema
+    assert "int64[]" in schema, schema
+
+
+def test_zero_dim_tensor_outputs_and_reductions():
+    def f(x):
+        return x.sum(), x.amax(), x.mean(dim=0)
+
+    compiled, backend = _compile(f)
+    x = torch.randn(5, 3)
+    for got, want in zip(compiled(x), f(x)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+    _ran_in_ort(backend)
+
+
+def test_non_contiguous_inputs():
+    def f(x):
+        return torch.tanh(x) * 2
+
+    compiled, backend = _compile(f)
+    base = torch.randn(6, 8)
+    for x in (base.t(), base[:, ::2], base[1:4]):
+        torch.testing.assert_close(compiled(x), f(x))
+    _ran_in_ort(backend)
+
+
+def test_empty_tensors():
+    def f(x):
+        return x.relu() + 1
+
+    compiled, backend = _compile(f, dynamic=False)
+    x = torch.randn(0, 4)
+    out = compiled(x)
+    assert out.shape == (0, 4)
+    _ran_in_ort(backend)
+
+
+def test_aliasing_outputs_keep_view_semantics():
+    def f(x):
+        y = x.sin()
+        return y, y.view(-1), x.view(2, -1)
+
+    compiled, backend = _compile(f)
+    x = torch.randn(4, 3)
+    got = compiled(x)
+    for g, w in zip(got, f(x)):
+        torch.testing.assert_close(g, w)
+    # The view of the input is still a view of the input (AOTAutograd regenerates it).
+    assert got[2].data_ptr() == x.data_ptr()
+    _ran_in_ort(backend)
+
+
+def test_input_mutation_is_applied_to_the_callers_tensor():
+    def f(x, buf):
+        buf.add_(1)
+        return x * buf
+
+    compiled, backend = _compile(f)
+    x, buf = torch.randn(4), torch.zeros(4)
+    ref_buf = buf.clone()
+    out = compiled(x, buf)
+    expected = f(x, ref_buf)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(buf, ref_buf)
+    _ran_in_ort(backend)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_preallocated_outputs_match(dynamic):
+    def f(x, y):
+        return x @ y, (x @ y).relu().sum(dim=1)
+
+    backend = OrtBackend(OrtBackendOptions(preallocate_output=True))
+    compiled, _ = _compile(f, backend, dynamic=dynamic)
+    for n in (3, 6):
+        x, y = torch.randn(n, 4), torch.randn(4, 5)
+        for got, want in zip(compiled(x, y), f(x, y)):
+            torch.testing.assert_close(got, want)
+    _ran_in_ort(backend, runs=2)
+
+
+def test_static_export_makes_one_session_per_shape_in_a_dynamic_graph():
+    def f(x):
+        return x.sigmoid() * 2
+
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=False))
+    compiled, _ = _compile(f, backend, dynamic=True)
+    for n in (3, 5, 3, 7):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), f(x))
+    (graph,) = backend.graphs
+    (partition,) = graph.partitions
+    assert [s.input_schema for s in partition.sessions] == [
+        ("float32[3]",),
+        ("float32[5]",),
+        ("float32[7]",),
+    ]
+    assert [s.run_count for s in partition.sessions] == [2, 1, 1]
+
+
+def test_dynamic_true_on_a_static_graph_warns_once():
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=True))
+    compiled = torch.compile(lambda x: x + 1, backend=backend, dynamic=False)
+    with pytest.warns(RuntimeWarning, match="dynamic=True"):
+        compiled(torch.randn(3))
+
+
+def test_without_aot_autograd_inference_runs_in_ort_and_training_stays_correct():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    backend = OrtBackend(OrtBackendOptions(use_aot_autograd=False))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert backend.graphs[0].kind == "inference" and backend.execution_count == 1
+    # With grad needed, the partition runs in PyTorch so autograd sees every op.
+    out = compiled(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    # Grad mode is part of Dynamo's guards: the grad-enabled call compiled a second graph,
+    # whose partition ran eagerly.
+    assert backend.partitions[-1].eager_run_count >= 1
+    assert backend.partitions[-1].run_count == 0
+
+
+def test_excluded_ops_split_the_partition():
+    def f(x):
+        return torch.nn.functional.gelu(x.sin()).cos()
+
+    backend = OrtBackend(OrtBackendOptions(excluded_ops=["aten.gelu"]))
+    compiled, _ = _compile(f, backend)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), f(x))
+    (graph,) = backend.graphs
+    assert len(graph.partitions) == 2
+    gelu = next(v for v in graph.verdicts if v.target.startswith("aten.gelu"))
+    assert not gelu.supported and "excluded" in gelu.reason
+
+
+def test_clear_sessions_recreates_on_next_call():
+    compiled, backend = _compile(lambda x: x.exp())
+    x = torch.randn(3)
+    compiled(x)
+    backend.clear_sessions()
+    assert not backend.sessions[0].active
+    torch.testing.assert_close(compiled(x), x.exp())
+    assert len(backend.sessions) == 2 and backend.sessions[1].active
+
+
+def test_observers_see_what_ort_received_and_returned():
+    compiled, backend = _compile(lambda x: x * 2)
+    events = []
+    remove = backend.add_observer(events.append)
+    x = torch.randn(3)
+    compiled(x)
+    (event,) = events
+    assert event.partition is backend.partitions[0]
+    torch.testing.assert_close(event.outputs[0], x * 2)
+    remove()
+    compiled(x)
+    assert len(events) == 1
+
+
+def test_compile_helper_attaches_its_backend():
+    compiled = ortlab.compile(lambda x: x.cos(), preallocate_output=True)
+    compiled(torch.randn(2))
+    assert ortlab.backend_of(compiled) is compiled.ortlab_backend
+    assert compiled.ortlab_backend.options.preallocate_output

@@ -1,0 +1,73 @@
+"""Pins the behaviour of the private torch APIs ortlab relies on (see _torch_private)."""
+
+from __future__ import annotations
+
+import onnx
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ortlab.backend import _export, _torch_private
+
+
+def test_direct_translation_is_available_on_this_torch():
+    assert _torch_private.DIRECT_TRANSLATION_ERROR is None
+
+
+def test_registry_knows_core_ops_and_python_callables():
+    registry = _torch_private.onnx_registry()
+    assert registry.is_registered(torch.ops.aten.addmm.default)
+    assert registry.is_registered(torch.ops.aten.gelu.default)
+    assert not registry.is_registered(torch.ops.aten.convolution_backward.default)
+    assert _torch_private.onnx_registry() is registry  # built once per process
+
+
+def test_decomposition_table_keeps_registered_ops_whole():
+    table = _torch_private.onnx_friendly_decompositions()
+    assert torch.ops.aten.gelu.default not in table
+    assert torch.ops.aten.sigmoid_backward.default in table
+
+
+def test_translation_keeps_symbols_as_dim_params_and_stamps_provenance():
+    gm = make_fx(lambda x, y: (x @ y).relu(), tracing_mode="symbolic")(
+        torch.randn(3, 4), torch.randn(4, 5)
+    )
+    model = _torch_private.translate_fx_graph(gm, name="g")
+    import onnx_ir as ir
+
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto)
+    dims = [d for i in proto.graph.input for d in i.type.tensor_type.shape.dim]
+    assert any(d.HasField("dim_param") for d in dims)
+    stamped = [
+        p.value
+        for n in proto.graph.node
+        for p in n.metadata_props
+        if p.key == "pkg.torch.onnx.fx_node"
+    ]
+    assert any(s.startswith("%relu") for s in stamped)
+
+
+def test_type_promotion_makes_mixed_dtypes_explicit():
+    gm = make_fx(lambda x, i: x + i, tracing_mode="fake")(torch.randn(3), torch.arange(3))
+    assert _export._needs_type_promotion(gm)
+    _torch_private.insert_type_promotion(gm)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.prims.convert_element_type.default in targets
+
+
+def test_type_promotion_is_skipped_for_single_float_dtype_graphs():
+    gm = make_fx(lambda x: x.sin() * 2, tracing_mode="fake")(torch.randn(3))
+    assert not _export._needs_type_promotion(gm)
+
+
+def test_schema_defaults_are_filled_for_torchlib():
+    gm = make_fx(lambda x: torch.ops.aten.amax.default(x), tracing_mode="fake")(
+        torch.randn(3, 2)
+    )
+    work = _export.copy_graph_module(gm)
+    _export._fill_schema_defaults(work)
+    (amax,) = [n for n in work.graph.nodes if n.op == "call_function"]
+    assert amax.kwargs == {"dim": [], "keepdim": False}
+    # The original graph is untouched.
+    (orig,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert orig.kwargs == {}
