@@ -20,6 +20,10 @@ _HINTS: dict[str, tuple[str, str]] = {
     "graphviz": ("graphviz", "notebook"),
     "transformers": ("transformers", "zoo"),
     "tqdm": ("tqdm", "notebook"),
+    "nbformat": ("nbformat", "notebook"),
+    "nbclient": ("nbclient", "notebook"),
+    "nbconvert": ("nbconvert", "notebook"),
+    "jupyter_client": ("jupyter_client", "notebook"),
 }
 
 
