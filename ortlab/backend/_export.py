@@ -159,7 +159,7 @@ def _export_retrace(
             "the re-tracing exporter needs tensor inputs; this partition takes Python scalars"
         )
     start = time.perf_counter()
-    work = copy_graph_module(gm)
+    work = copy_graph_module(gm).eval()  # an ATen graph: training mode means nothing here
     example = tuple(a.detach().clone() for a in args)
 
     def run() -> Any:

@@ -194,6 +194,7 @@ class OrtPartitionModule(torch.nn.Module):
             proto,
             input_fx_values=input_fx_values,
             output_fx_values=output_fx_values,
+            args=args,
             frozen=frozen,
             preallocate_output=options.preallocate_output,
         )

@@ -74,9 +74,9 @@ def _ort_device(device: torch.device) -> Any:
 class _InputSpec:
     """What one ONNX input expects, and how to check/convert an argument for it."""
 
-    __slots__ = ("dims", "dtype", "is_scalar_fx", "np_dtype", "rank")
+    __slots__ = ("device", "dims", "dtype", "is_scalar_fx", "np_dtype", "rank")
 
-    def __init__(self, value_info: onnx.ValueInfoProto, fx_value: Any) -> None:
+    def __init__(self, value_info: onnx.ValueInfoProto, fx_value: Any, arg: Any) -> None:
         tensor_type = value_info.type.tensor_type
         self.dtype = onnx_elem_to_torch(tensor_type.elem_type)
         self.np_dtype = _TORCH_TO_NUMPY[self.dtype]
@@ -85,10 +85,12 @@ class _InputSpec:
         # None marks a symbolic dim: any size matches.
         self.dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
         self.is_scalar_fx = not isinstance(fx_value, torch.Tensor)
+        # A session is bound to the devices of the inputs it was created for.
+        self.device = arg.device if isinstance(arg, torch.Tensor) else torch.device("cpu")
 
     def matches(self, arg: Any) -> bool:
         if isinstance(arg, torch.Tensor):
-            if arg.dtype != self.dtype:
+            if arg.dtype != self.dtype or arg.device != self.device:
                 return False
             shape = arg.shape
             if len(shape) != self.rank:
@@ -123,6 +125,7 @@ class OrtRunner:
         *,
         input_fx_values: Sequence[Any],
         output_fx_values: Sequence[Any],
+        args: Sequence[Any],
         frozen: dict[int, torch.Tensor],
         preallocate_output: bool,
     ) -> None:
@@ -148,9 +151,12 @@ class OrtRunner:
                 f"returns {len(output_fx_values)}"
             )
         self.specs = tuple(
-            _InputSpec(vi, input_fx_values[slot])
+            _InputSpec(vi, input_fx_values[slot], args[slot])
             for vi, slot in zip(proto.graph.input, self.slots)
         )
+        # Per-call constants, computed once (the hot path allocates only what it must).
+        self._np_dtypes = [spec.np_dtype for spec in self.specs]
+        self._ort_devices = [_ort_device(spec.device) for spec in self.specs]
         for vi, fx_value in zip(proto.graph.output, output_fx_values):
             self._check_output(vi, fx_value)
         self.output_fx_values = tuple(output_fx_values)
@@ -207,7 +213,9 @@ class OrtRunner:
             d = self._device_cache[device] = _ort_device(device)
         return d
 
-    def _input_vector(self, tensors: list[torch.Tensor]) -> Any:
+    def _input_vector(
+        self, tensors: list[torch.Tensor], dtypes: list[Any] | None = None, devices: Any = None
+    ) -> Any:
         C = self._C
         vec = C.OrtValueVector()
         vec.reserve(len(tensors))
@@ -232,12 +240,15 @@ class OrtRunner:
                         [self._device(t.device)],
                     )
             return vec
+        if dtypes is None:
+            dtypes = [_TORCH_TO_NUMPY[t.dtype] for t in tensors]
+            devices = [self._device(t.device) for t in tensors]
         vec.push_back_batch(
             tensors,
             [t.data_ptr() for t in tensors],
-            [_TORCH_TO_NUMPY[t.dtype] for t in tensors],
+            dtypes,
             [t.shape for t in tensors],
-            [self._device(t.device) for t in tensors],
+            devices,
         )
         return vec
 
@@ -275,7 +286,7 @@ class OrtRunner:
         """Runs the session on the partition's arguments; returns its outputs in order."""
         specs = self.specs
         tensors = [specs[n].convert(args[slot]) for n, slot in enumerate(self.slots)]
-        inputs = self._input_vector(tensors)
+        inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
         outputs = self._C.OrtValueVector()
         prealloc = None
         if self.preallocate_output:

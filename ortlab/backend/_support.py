@@ -131,10 +131,17 @@ class OrtOperatorSupport(OperatorSupportBase):
     cached per node, so ``getitem`` can follow its producer's verdict.
     """
 
-    def __init__(self, registry: Any, *, excluded_ops: Iterable[Any] = ()) -> None:
+    def __init__(
+        self,
+        registry: Any,
+        *,
+        excluded_ops: Iterable[Any] = (),
+        forced_eager: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__()
         self._registry = registry
         self._excluded = tuple(excluded_ops)
+        self._forced = dict(forced_eager or {})
         self._verdicts: dict[torch.fx.Node, records.Verdict] = {}
 
     def is_node_supported(
@@ -153,6 +160,8 @@ class OrtOperatorSupport(OperatorSupportBase):
 
     def _decide(self, node: torch.fx.Node) -> tuple[bool, str]:
         target = node.target
+        if node.name in self._forced:
+            return False, self._forced[node.name]
         if self._excluded and _matches_excluded(target, self._excluded):
             return False, "excluded by OrtBackendOptions.excluded_ops"
         if target in _ASSERTIONS:
@@ -220,3 +229,40 @@ class OrtOperatorSupport(OperatorSupportBase):
                 "register one or keep it in PyTorch"
             )
         return True, "translated by the exporter's registry (torchlib)"
+
+
+def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """View chains from a graph input to a graph output, which must stay in PyTorch so the
+    output keeps aliasing the input (ORT would return a copy).
+
+    ::
+
+        x (input) -> t -> view -> output     both views stay eager: out shares x's storage
+    """
+    aliases: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            aliases.add(node)
+        elif (
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.is_view
+            and node.args
+            and node.args[0] in aliases
+        ):
+            aliases.add(node)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    pending = [a for a in output.all_input_nodes if a in aliases and a.op == "call_function"]
+    forced: dict[str, str] = {}
+    while pending:
+        node = pending.pop()
+        if node.name in forced:
+            continue
+        forced[node.name] = (
+            "a view of a graph input returned as an output: stays in PyTorch so the output "
+            "keeps sharing the input's memory"
+        )
+        producer = node.args[0]
+        if isinstance(producer, torch.fx.Node) and producer.op == "call_function":
+            pending.append(producer)
+    return forced

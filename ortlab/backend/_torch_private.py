@@ -268,3 +268,10 @@ def dynamo_backend_of(compiled: Any) -> Any:
     if inner is not None:
         return inner, dict(getattr(backend, "kwargs", {}) or {})
     return backend
+
+
+def is_fake(value: Any) -> bool:
+    """Whether ``value`` is a FakeTensor (Dynamo sometimes hands those to backends)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, FakeTensor)

@@ -218,6 +218,9 @@ class GraphRecord:
     """The graph as received (ATen ops after AOTAutograd)."""
     compile_id: str | None = None
     """Dynamo's compile id (``"0/1"``) when known."""
+    lowering: str = "aot_autograd"
+    """How the Dynamo graph became ATen: ``"aot_autograd"`` (training-capable, with
+    AOTAutograd's runtime wrappers) or ``"make_fx"`` (inference only, no wrappers)."""
     partitioned: torch.fx.GraphModule | None = None
     """The graph after partitioning: ``fused_*`` submodules run in ONNX Runtime."""
     partitions: list[PartitionRecord] = dataclasses.field(default_factory=list)
@@ -247,17 +250,28 @@ class GraphRecord:
 
     def __repr__(self) -> str:
         return (
-            f"GraphRecord({self.index}: {self.kind}, {self.node_count} nodes, "
+            f"GraphRecord({self.index}: {self.kind} via {self.lowering}, "
+            f"{self.node_count} nodes, "
             f"{len(self.ort_node_names)} in ORT, {len(self.partitions)} partitions, "
             f"{sum(len(p.sessions) for p in self.partitions)} sessions)"
         )
 
     def _repr_html_(self) -> str:
         summary = _html.table(
-            ("kind", "compile id", "nodes", "in ORT", "eager", "partitions", "sessions"),
+            (
+                "kind",
+                "lowering",
+                "compile id",
+                "nodes",
+                "in ORT",
+                "eager",
+                "partitions",
+                "sessions",
+            ),
             [
                 (
                     self.kind,
+                    self.lowering,
                     self.compile_id or "",
                     self.node_count,
                     len(self.ort_node_names),

@@ -1,0 +1,125 @@
+"""Inference graphs: the thin path without AOTAutograd, and frozen parameters."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import ortlab
+from ortlab import OrtBackend, OrtBackendOptions
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+        self.register_buffer("offset", torch.full((4,), 0.25))
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc2(torch.relu(self.fc1(x)))) + self.offset
+
+
+def test_no_grad_graphs_skip_aot_autograd():
+    model = Net()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.kind == "inference" and graph.lowering == "make_fx"
+    # With grad enabled the same model goes through AOTAutograd (forward + backward).
+    compiled(x).sum().backward()
+    assert [g.lowering for g in compiled.ortlab_backend.graphs][1:] == ["aot_autograd"] * 2
+
+
+def test_thin_path_keeps_outputs_that_alias_inputs_as_views():
+    def f(x):
+        return x.view(-1), x.t()[1:], x.sin()
+
+    compiled = ortlab.compile(f)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        flat, sliced, s = compiled(x)
+    torch.testing.assert_close(s, x.sin())
+    x.add_(1)  # the views must see the mutation, as in eager
+    torch.testing.assert_close(flat, x.view(-1))
+    torch.testing.assert_close(sliced, x.t()[1:])
+    graph = compiled.ortlab_backend.graphs[0]
+    kept = [v for v in graph.verdicts if "view of a graph input" in v.reason]
+    assert kept and all(not v.supported for v in kept)
+
+
+def test_thin_path_applies_input_mutation():
+    def f(x, buf):
+        buf.mul_(2)
+        return x + buf
+
+    compiled = ortlab.compile(f)
+    x, buf = torch.randn(4), torch.ones(4)
+    with torch.no_grad():
+        out = compiled(x, buf)
+    torch.testing.assert_close(buf, torch.full((4,), 2.0))
+    torch.testing.assert_close(out, x + 2)
+
+
+def test_function_that_enables_grad_inside_uses_aot_autograd():
+    def f(x):
+        with torch.enable_grad():
+            return (x * 2).sum()
+
+    compiled = ortlab.compile(f)
+    with torch.no_grad():
+        compiled(torch.randn(3))
+    assert all(g.lowering == "aot_autograd" for g in compiled.ortlab_backend.graphs)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_frozen_parameters_become_initializers(dynamic):
+    model = Net()
+    compiled = ortlab.compile(copy.deepcopy(model), dynamic=dynamic, freeze_parameters=True)
+    x = torch.randn(6, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    (session,) = compiled.ortlab_backend.sessions
+    # fc1.weight, fc1.bias, fc2.weight, fc2.bias are baked in; the buffer and x are not.
+    assert len(session.frozen_inputs) == 4
+    initializers = {i.name for i in session.model.graph.initializer}
+    assert set(session.frozen_inputs) <= initializers
+    assert len(session.input_names) == 2
+
+
+def test_frozen_parameter_changed_in_place_triggers_a_re_export():
+    model = Net()
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        before = compiled(x)
+        model.fc2.weight.mul_(-1)  # an optimizer step, say
+        after = compiled(x)
+        torch.testing.assert_close(after, model(x))
+    assert not torch.allclose(before, after)
+    sessions = compiled.ortlab_backend.sessions
+    assert len(sessions) == 2 and [s.run_count for s in sessions] == [1, 1]
+
+
+def test_frozen_parameter_replaced_triggers_a_re_export():
+    model = Net()
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x)
+        model.fc1.weight = nn.Parameter(torch.zeros_like(model.fc1.weight))
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_freezing_does_not_apply_to_training_graphs():
+    model = Net()
+    backend = OrtBackend(OrtBackendOptions(freeze_parameters=True))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    compiled(torch.randn(3, 8)).sum().backward()
+    assert all(not s.frozen_inputs for s in backend.sessions)
+    assert model.fc1.weight.grad is not None
