@@ -150,6 +150,8 @@ class OrtBackend:
                 check_requires_grad=check_requires_grad,
                 allow_freeze=kind == "inference",
             )
+            # Swap the fused submodule for the callable (see OrtPartitionModule).
+            delattr(partitioned, name)
             setattr(partitioned, name, module)
             self._modules.append(module)
             record.partitions.append(part)

@@ -64,8 +64,13 @@ def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
     ), single
 
 
-class OrtPartitionModule(torch.nn.Module):
-    """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must."""
+class OrtPartitionModule:
+    """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
+
+    Deliberately not an ``nn.Module``: the partitioned GraphModule calls it as
+    ``self.fused_0(...)`` and a plain ``__call__`` skips ``Module._call_impl`` (hooks,
+    tracing checks), which measured as a large share of the glue around a small model.
+    """
 
     def __init__(
         self,
@@ -76,7 +81,6 @@ class OrtPartitionModule(torch.nn.Module):
         check_requires_grad: bool,
         allow_freeze: bool,
     ) -> None:
-        super().__init__()
         self.eager = eager
         self.record = record
         self._backend = backend
@@ -91,7 +95,7 @@ class OrtPartitionModule(torch.nn.Module):
         self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
         self._output_fx_values, self._single = _output_values(eager)
 
-    def forward(self, *args: Any) -> Any:
+    def __call__(self, *args: Any) -> Any:
         if self._failed or (
             self._check_requires_grad
             and torch.is_grad_enabled()
