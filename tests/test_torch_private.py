@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -71,3 +72,47 @@ def test_schema_defaults_are_filled_for_torchlib():
     # The original graph is untouched.
     (orig,) = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert orig.kwargs == {}
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "needed"),
+    [
+        (
+            lambda c, x: torch.where(c, x, x * 2),
+            (torch.tensor([True, False]), torch.randn(2)),
+            False,
+        ),
+        (
+            lambda w, i: torch.nn.functional.embedding(i, w),
+            (torch.randn(5, 3), torch.tensor([1, 4])),
+            False,
+        ),
+        (lambda i, j: i / j, (torch.tensor([3, 4]), torch.tensor([2, 2])), True),
+        (lambda i: i * 0.5, (torch.tensor([3, 4]),), True),
+        (lambda b: b.sum(), (torch.tensor([True, False]),), True),
+        (lambda x, i: x + i, (torch.randn(2), torch.tensor([1, 2])), True),
+        (lambda x: x.view(-1, 2).relu(), (torch.randn(4),), False),
+    ],
+    ids=["where", "embedding", "int-div", "int-times-float", "bool-sum", "mixed-add", "view"],
+)
+def test_type_promotion_runs_exactly_when_onnx_would_disagree(fn, args, needed):
+    gm = make_fx(fn, tracing_mode="symbolic")(*args)
+    assert _export._needs_type_promotion(gm) is needed
+
+
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        (lambda i, j: i / j, (torch.tensor([3, 4]), torch.tensor([2, 2]))),
+        (lambda i: i * 0.5 + 1, (torch.tensor([3, 5]),)),
+        (lambda b: b.sum() + b.cumsum(0), (torch.tensor([True, False, True]),)),
+    ],
+)
+def test_promoted_graphs_give_pytorch_dtypes_and_values(fn, args):
+    import ortlab
+
+    compiled = ortlab.compile(fn)
+    got, want = compiled(*args), fn(*args)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+    assert compiled.ortlab_backend.execution_count == 1

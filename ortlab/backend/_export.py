@@ -86,23 +86,68 @@ def _fill_schema_defaults(gm: torch.fx.GraphModule) -> None:
             node.kwargs = {**node.kwargs, **extra}
 
 
+def _value_dtypes(value: Any) -> list[torch.dtype]:
+    """dtypes a value has on the ONNX side (a SymInt is an INT64 scalar tensor there)."""
+    if isinstance(value, torch.Tensor):
+        return [value.dtype]
+    if isinstance(value, torch.SymInt):
+        return [torch.int64]
+    if isinstance(value, torch.SymFloat):
+        return [torch.float32]  # the exporter declares SymFloat inputs as FLOAT
+    if isinstance(value, torch.SymBool):
+        return [torch.bool]
+    if isinstance(value, (list, tuple)):
+        return [d for v in value for d in _value_dtypes(v)]
+    return []
+
+
+def _promoted_args(node: torch.fx.Node, rule: Any) -> list[Any]:
+    """The arguments a type-promotion rule looks at (elementwise: the promoted positions;
+    other rules, e.g. reductions: the first argument)."""
+    positions = _torch_private.promoted_arg_positions(rule)
+    if positions is None:
+        return list(node.args[:1])
+    indices, names = positions
+    picked = [node.args[i] for i in indices if i < len(node.args)]
+    picked += [node.kwargs[n] for n in names if n in node.kwargs]
+    return picked
+
+
+def _arg_dtypes(arg: Any) -> list[torch.dtype]:
+    if isinstance(arg, torch.fx.Node):
+        return _value_dtypes(arg.meta.get("val"))
+    if isinstance(arg, (list, tuple)):
+        return [d for a in arg for d in _arg_dtypes(a)]
+    return []
+
+
 def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
-    """Promotion can only matter when tensors of several dtypes (or non-float) meet."""
-    dtypes = set()
+    """Whether the exporter's type-promotion pass could change anything in this graph.
+
+    The pass only rewrites nodes whose op has a promotion rule, and only when the promoted
+    arguments mix dtypes or the result's dtype differs from a non-float input's
+    (``div(int, int) -> float``, ``mul(int, 0.5)``, ``sum(bool) -> int64``). ONNX never
+    promotes implicitly, so those nodes need explicit casts; everywhere else the pass —
+    which re-executes every node under fake mode and was the largest export cost — is
+    skipped. Python numbers next to a float tensor (``mul(x, 0.5)``) are cast by torchlib.
+    """
+    table = _torch_private.type_promotion_table()
     for node in gm.graph.nodes:
-        value = node.meta.get("val")
-        values = value if isinstance(value, (list, tuple)) else (value,)
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                dtypes.add(v.dtype)
-            elif isinstance(v, torch.SymFloat):
-                dtypes.add(torch.float64)
-            elif isinstance(v, torch.SymBool):
-                dtypes.add(torch.bool)
-            elif isinstance(v, torch.SymInt):
-                # A SymInt value is an INT64 tensor on the ONNX side.
-                dtypes.add(torch.int64)
-    return not (len(dtypes) == 1 and next(iter(dtypes)).is_floating_point)
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        rule = table.get_rule(target.overloadpacket)
+        if rule is None:
+            continue
+        inputs = {d for a in _promoted_args(node, rule) for d in _arg_dtypes(a)}
+        if len(inputs) > 1:
+            return True
+        outputs = set(_value_dtypes(node.meta.get("val"))) - {torch.bool}
+        if inputs and not next(iter(inputs)).is_floating_point and outputs - inputs:
+            return True
+        if not inputs and outputs and not all(d.is_floating_point for d in outputs):
+            return True  # only Python numbers in promoted positions: be safe
+    return False
 
 
 def _freeze_inputs(model: Any, frozen: Mapping[int, torch.Tensor]) -> None:

@@ -11,6 +11,7 @@
 #   torch.onnx._internal.exporter._constants.ONNX_IR_VERSION
 #   torch.onnx._internal.exporter._decomp                       ONNX-friendly decompositions
 #   torch.onnx._internal.fx.passes.InsertTypePromotion          explicit dtype promotion
+#   torch.onnx._internal.fx.passes.type_promotion.TypePromotionTable  which ops promote
 #   torch._dynamo.backends.common.aot_autograd                  AOTAutograd as a backend
 #   torch._functorch.partitioners.min_cut_rematerialization_partition
 #   torch._guards.detect_fake_mode / CompileContext             Dynamo's fake mode, compile id
@@ -76,6 +77,22 @@ def onnx_friendly_decompositions() -> dict[Any, Callable[..., Any]]:
     return _decomp.create_onnx_friendly_decomposition_table(
         set(_decomp.get_onnx_implemented_overloads(registry))
     )
+
+
+@functools.cache
+def type_promotion_table() -> Any:
+    """The exporter's table of type-promotion rules (which args of which ops promote)."""
+    from torch.onnx._internal.fx.passes import type_promotion
+
+    return type_promotion.TypePromotionTable()
+
+
+def promoted_arg_positions(rule: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """``(positions, kwarg names)`` an elementwise rule promotes; ``None`` for other rules."""
+    positions = getattr(rule, "promote_args_positions", None)
+    if positions is None:
+        return None
+    return tuple(positions), tuple(getattr(rule, "promote_kwargs_names", ()))
 
 
 def insert_type_promotion(graph_module: torch.fx.GraphModule) -> None:
