@@ -174,6 +174,8 @@ class OrtOperatorSupport(OperatorSupportBase):
         if "val" not in node.meta:
             return False, "no shape/dtype metadata (meta['val']) to export it with"
         value = node.meta["val"]
+        if target is torch.ops.aten._local_scalar_dense.default:
+            return False, "reads a tensor into a Python number (.item()); stays in PyTorch"
         if not _is_tensor_result(value):
             return False, (
                 f"computes a Python/symbolic scalar ({type(value).__name__}); size "

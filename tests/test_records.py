@@ -1,0 +1,96 @@
+"""Records render as useful text and as escaped, standard-library HTML."""
+
+from __future__ import annotations
+
+import html.parser
+
+import torch
+
+import ortlab
+from ortlab import zoo
+
+
+class _Collector(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(markup: str) -> _Collector:
+    parser = _Collector()
+    parser.feed(markup)
+    parser.close()
+    return parser
+
+
+def _compiled_custom_op():
+    spec = zoo.get("custom_op")
+    model, args = spec.instantiate()
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(*args)
+    return compiled.ortlab_backend
+
+
+def test_reprs_summarise_each_record():
+    backend = _compiled_custom_op()
+    graph = backend.graphs[0]
+    assert repr(backend).startswith("OrtBackend(graphs=1, partitions=2")
+    assert "inference via make_fx" in repr(graph) and "2 partitions" in repr(graph)
+    assert repr(graph.partitions[0]).startswith("PartitionRecord(fused_")
+    session = backend.sessions[0]
+    assert "float32[s" in repr(session) and "CPUExecutionProvider" in repr(session)
+    eager = next(v for v in graph.verdicts if "soft_clip" in v.target)
+    assert "-> eager:" in repr(eager) and "soft_clip" in repr(eager)
+
+
+def test_html_is_escaped_and_well_formed():
+    backend = _compiled_custom_op()
+    graph = backend.graphs[0]
+    # A getitem target renders as "<built-in function getitem>": it must be escaped.
+    getitem = ortlab.Verdict("getitem_1", "<built-in function getitem>", False, "a <b> reason")
+    for markup in (
+        backend._repr_html_(),
+        graph._repr_html_(),
+        graph.partitions[0]._repr_html_(),
+        backend.sessions[0]._repr_html_(),
+        getitem._repr_html_(),
+    ):
+        parsed = _parse(markup)
+        assert "built-in" not in "".join(parsed.tags)
+        assert set(parsed.tags) <= {
+            "div",
+            "b",
+            "table",
+            "thead",
+            "tbody",
+            "tr",
+            "th",
+            "td",
+            "caption",
+        }
+    assert "&lt;built-in function getitem&gt;" in getitem._repr_html_()
+    assert "soft_clip" in graph._repr_html_()  # the eager node and its reason are listed
+
+
+def test_partition_failure_shows_on_the_record_html():
+    def breaks(model):
+        model.graph.node[0].op_type = "<NotAnOp>"
+
+    compiled = ortlab.compile(lambda x: x.sin(), pre_ort_model_transforms=[breaks])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(torch.randn(2))
+    partition = compiled.ortlab_backend.partitions[0]
+    assert partition.state == "eager"
+    markup = partition._repr_html_()
+    assert "&lt;NotAnOp&gt;" in markup and "<NotAnOp>" not in markup
