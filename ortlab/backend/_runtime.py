@@ -164,6 +164,11 @@ class OrtRunner:
         self.scalar_outputs = tuple(
             i for i, v in enumerate(output_fx_values) if not isinstance(v, torch.Tensor)
         )
+        self.bool_outputs = tuple(
+            i
+            for i, vi in enumerate(proto.graph.output)
+            if vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL
+        )
         devices = [
             v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
             for v in output_fx_values
@@ -201,9 +206,8 @@ class OrtRunner:
             arg = args[index]
             if arg is not tensor or arg._version != self.frozen_versions[index]:
                 return False
-        specs = self.specs
-        for n, slot in enumerate(self.slots):
-            if not specs[n].matches(args[slot]):
+        for spec, slot in zip(self.specs, self.slots):
+            if not spec.matches(args[slot]):
                 return False
         return True
 
@@ -285,7 +289,7 @@ class OrtRunner:
     def run(self, args: Sequence[Any]) -> list[Any]:
         """Runs the session on the partition's arguments; returns its outputs in order."""
         specs = self.specs
-        tensors = [specs[n].convert(args[slot]) for n, slot in enumerate(self.slots)]
+        tensors = [spec.convert(args[slot]) for spec, slot in zip(specs, self.slots)]
         inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
         outputs = self._C.OrtValueVector()
         prealloc = None
@@ -314,8 +318,8 @@ class OrtRunner:
             results: list[Any] = list(prealloc)
         else:
             results = outputs.to_dlpacks(torch.utils.dlpack.from_dlpack)
-            for i in outputs.bool_tensor_indices():
-                results[i] = results[i].to(torch.bool)
+            for i in self.bool_outputs:  # DLPack carries ORT's bool tensors as uint8
+                results[i] = results[i].view(torch.bool)
         for i in self.scalar_outputs:
             results[i] = results[i].item()
         # Keep the inputs alive until ORT is done with their memory.
