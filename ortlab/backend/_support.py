@@ -13,6 +13,7 @@
 #   8. RNG ops (``Tag.nondeterministic_seeded``)          -> eager, except attention
 #      (scaled_dot_product_*) whose ``dropout_p`` is 0
 #   9. ops whose ONNX translation fakes auxiliary outputs  -> eager when those are used
+#      batch norm in training mode (batch statistics)    -> eager
 #  10. no translation in the registry                     -> eager
 """
 
@@ -111,17 +112,23 @@ def _is_tensor_result(value: Any) -> bool:
     return False
 
 
-def _dropout_p(node: torch.fx.Node) -> Any:
-    """The ``dropout_p`` argument of an attention op (``None`` when it has none)."""
+def _schema_arg(node: torch.fx.Node, name: str) -> Any:
+    """The value of the op's schema argument ``name`` (its default when not given;
+    ``None`` when the op has no such argument)."""
     schema = node.target._schema  # type: ignore[union-attr]
     for i, arg in enumerate(schema.arguments):
-        if arg.name == _SDPA_DROPOUT_KWARG:
+        if arg.name == name:
             if arg.name in node.kwargs:
                 return node.kwargs[arg.name]
             if i < len(node.args) and not arg.kwarg_only:
                 return node.args[i]
-            return arg.default_value
+            return arg.default_value if arg.has_default_value() else None
     return None
+
+
+def _dropout_p(node: torch.fx.Node) -> Any:
+    """The ``dropout_p`` argument of an attention op (``None`` when it has none)."""
+    return _schema_arg(node, _SDPA_DROPOUT_KWARG)
 
 
 class OrtOperatorSupport(OperatorSupportBase):
@@ -212,6 +219,15 @@ class OrtOperatorSupport(OperatorSupportBase):
                     "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from "
                     "PyTorch's, so it runs in PyTorch to keep results reproducible"
                 )
+        if (
+            isinstance(target, torch._ops.OpOverload)
+            and "batch_norm" in target.__name__
+            and _schema_arg(node, "training") is True
+        ):
+            return False, (
+                "batch norm in training mode: the ONNX translation does not reproduce "
+                "PyTorch's batch statistics (measured wrong); runs in PyTorch"
+            )
         if isinstance(target, torch._ops.OpOverload) and target.__name__.startswith(
             _PLACEHOLDER_AUX_OUTPUTS
         ):
