@@ -53,7 +53,7 @@ test: install graphviz browser lint
 	exit $$rc
 
 demo: install graphviz
-	$(BIN)/ortlab demo --report reports/zoo_report.html
+	$(BIN)/ortlab demo --report reports/zoo_report.html --notebook notebooks/00_quickstart.ipynb
 
 bench: install
 	$(BIN)/ortlab bench --out benchmarks

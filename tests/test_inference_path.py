@@ -123,3 +123,23 @@ def test_freezing_does_not_apply_to_training_graphs():
     compiled(torch.randn(3, 8)).sum().backward()
     assert all(not s.frozen_inputs for s in backend.sessions)
     assert model.fc1.weight.grad is not None
+
+
+def test_compile_helper_leaves_the_model_copyable_and_isolates_recompiles():
+    model = Net()
+    compiled = [ortlab.compile(model) for _ in range(10)]
+    copy.deepcopy(model)  # the backend is not attached to the user's module
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for c in compiled:  # more compiles than Dynamo's recompile limit (8)
+            torch.testing.assert_close(c(x), model(x))
+            assert c.ortlab_backend.execution_count == 1
+
+
+def test_dead_nodes_are_removed_from_inference_graphs():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.eager_node_names == (), graph.verdicts

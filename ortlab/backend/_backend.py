@@ -404,6 +404,12 @@ def compile(
         merged.update(option_kwargs)
         resolved = _options.OrtBackendOptions.from_value(merged)
     backend = OrtBackend(resolved)
-    compiled = torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
-    compiled.ortlab_backend = backend  # type: ignore[attr-defined]
+    # isolate_recompiles: each compile gets its own Dynamo cache entries, so compiling the
+    # same model class many times (notebooks, sweeps) never hits the recompile limit and
+    # silently falls back to eager.
+    compiled = torch.compile(
+        model, backend=backend, dynamic=dynamic, fullgraph=fullgraph, isolate_recompiles=True
+    )
+    # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.
+    object.__setattr__(compiled, "ortlab_backend", backend)
     return compiled

@@ -252,7 +252,12 @@ def lower_to_aten(
             else:
                 example = node.meta.get("example_value")
                 fakes.append(example if isinstance(example, torch.SymInt) else x)
-        return make_fx(graph_module, decomposition_table=decompositions)(*fakes)
+        lowered = make_fx(graph_module, decomposition_table=decompositions)(*fakes)
+    # make_fx keeps values nothing reads (e.g. a module's eps passed as a 0-d tensor and
+    # read with .item()); they would run eagerly on every call. Mutations are impure and stay.
+    lowered.graph.eliminate_dead_code()
+    lowered.recompile()
+    return lowered
 
 
 def dynamo_backend_of(compiled: Any) -> Any:
