@@ -1,0 +1,277 @@
+"""Where the time of one steady-state ortlab call goes, per zoo model.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/profile_call.py [--models mlp,cnn] [--calls 300]
+        [--threads 2] [--frozen] [--out benchmarks/profile.md]
+
+For each model it compiles with the ortlab backend, warms up, then
+
+1. times N calls without any profiler (median per call), for eager and for ortlab;
+2. runs N calls under cProfile and sums each function's *own* time (tottime) into
+   layers: Dynamo (frame evaluation, guards), AOTAutograd's runtime wrappers, the FX
+   graph's generated code, nn.Module dispatch, ortlab's partition glue, the torch <-> ORT
+   hand-off (OrtValue / DLPack), the ORT run itself, PyTorch ops run eagerly, model code;
+3. times the bare ONNX Runtime sessions on the inputs their partitions received (numpy
+   feed, so a few microseconds of conversion are included).
+
+cProfile adds a roughly constant cost to every Python call, so layers made of many small
+Python calls look bigger under the profiler than they are; the "est. µs" column scales
+the profiled shares to the unprofiled median and is an estimate, the other two columns
+are measurements. Writes markdown (default ``benchmarks/profile.md``) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ortlab
+from ortlab import _bench, zoo
+
+MODELS = ("mlp", "gelu_mlp", "cnn", "transformer_layer", "tiny_llama")
+
+# (layer, predicate on (filename, function name)); the first match wins.
+LAYERS: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
+    ("ORT run", lambda f, n: "onnxruntime" in n and "run" in n and "ortvalue" in n.lower()),
+    (
+        "torch ↔ ORT hand-off",
+        lambda f, n: "onnxruntime" in n or "onnxruntime" in f or "dlpack" in (f + n),
+    ),
+    ("ortlab partition glue", lambda f, n: "/ortlab/backend/" in f),
+    (
+        "Dynamo (frame eval, guards)",
+        lambda f, n: (
+            "torch/_dynamo/" in f
+            or "torch._C._dynamo" in n
+            or (f == "<string>" and "guard" in n)
+            or "torch/_compile.py" in f
+            or "torch/utils/_config_module.py" in f
+        ),
+    ),
+    (
+        "AOTAutograd runtime wrappers",
+        lambda f, n: "torch/_functorch/" in f or "runtime_wrapper" in (f + n),
+    ),
+    ("FX graph code", lambda f, n: "<eval_with_key>" in f or "torch/fx/" in f),
+    ("nn.Module dispatch", lambda f, n: "torch/nn/modules/module.py" in f),
+    (
+        "PyTorch ops (eager)",
+        lambda f, n: (
+            "torch._C" in n
+            or "TensorBase" in n
+            or "torch/_ops.py" in f
+            or "torch/_tensor.py" in f
+            or "torch/nn/functional.py" in f
+            or "built-in method torch" in n
+        ),
+    ),
+    ("model code", lambda f, n: "site-packages/torch/" not in f and f not in ("~", "")),
+)
+
+
+def _layer(filename: str, name: str) -> str:
+    for layer, matches in LAYERS:
+        if matches(filename, name):
+            return layer
+    return "other (Python builtins)"
+
+
+def _median_call_us(call: Callable[[], Any], calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6
+
+
+def _bare_session_us(backend: ortlab.OrtBackend, call: Callable[[], Any], calls: int) -> float:
+    """Median µs of running every partition's session once, on its captured inputs."""
+    import onnxruntime
+
+    from ortlab.backend import _session
+
+    captured: list[tuple[Any, Any, tuple[Any, ...]]] = []
+
+    def observe(event: Any) -> None:
+        captured.append((event.partition, event.session, event.inputs))
+
+    remove = backend.add_observer(observe)
+    try:
+        call()
+    finally:
+        remove()
+    runs = []
+    for partition, record, inputs in captured:
+        session = onnxruntime.InferenceSession(
+            record.model.SerializeToString(),
+            sess_options=_session.default_session_options(),
+            providers=list(record.providers),
+        )
+        # Frozen parameters are initializers of the model, not inputs: skip them.
+        fed = [
+            v
+            for name, v in zip(partition.input_names, inputs)
+            if name not in record.frozen_inputs
+        ]
+        feed = {
+            i.name: torch.as_tensor(v).detach().contiguous().numpy()
+            for i, v in zip(session.get_inputs(), fed)
+        }
+        runs.append((session, feed))
+
+    def run_all() -> None:
+        for session, feed in runs:
+            session.run(None, feed)
+
+    run_all()
+    return _median_call_us(run_all, calls)
+
+
+def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
+    entry = zoo.get(name)
+    model, inputs = entry.build(), entry.example_inputs(_bench._ZOO_BATCH.get(name))
+    compiled = ortlab.compile(model, freeze_parameters=frozen)
+    backend = compiled.ortlab_backend
+    with torch.no_grad(), torch._dynamo.config.patch(**dict(entry.dynamo_config)):
+
+        def ortlab_call() -> Any:
+            return compiled(*inputs)
+
+        def eager_call() -> Any:
+            return model(*inputs)
+
+        for _ in range(10):
+            ortlab_call()
+            eager_call()
+        eager_us = _median_call_us(eager_call, calls)
+        ortlab_us = _median_call_us(ortlab_call, calls)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            ortlab_call()
+        profiler.disable()
+        bare_us = _bare_session_us(backend, ortlab_call, calls)
+    stats = pstats.Stats(profiler)
+    layers: dict[str, float] = {}
+    functions = []
+    for (filename, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        layer = _layer(filename, func)
+        layers[layer] = layers.get(layer, 0.0) + tottime
+        functions.append((tottime, layer, f"{Path(filename).name}:{func}"))
+    total = sum(layers.values()) or 1.0
+    summary = backend.summary()
+    return {
+        "name": name,
+        "eager_us": eager_us,
+        "ortlab_us": ortlab_us,
+        "bare_ort_us": bare_us,
+        "profiled_us": total / calls * 1e6,
+        "layers": {k: v / calls * 1e6 for k, v in layers.items()},
+        "share": {k: v / total for k, v in layers.items()},
+        "top": sorted(functions, reverse=True)[:12],
+        "calls": calls,
+        "summary": summary,
+    }
+
+
+def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool) -> str:
+    md = _bench._markdown_table
+    lines = [
+        "# Where one steady-state ortlab call spends its time",
+        "",
+        f"torch threads = ONNX Runtime intra-op threads = {threads}; inference "
+        f"(`torch.no_grad()`); freeze_parameters={frozen}. Generated by "
+        "`benchmarks/profile_call.py`.",
+        "",
+        md(
+            (
+                "model",
+                "eager µs",
+                "ortlab µs",
+                "bare ORT sessions µs",
+                "ortlab − bare ORT µs",
+                "partitions / sessions",
+                "nodes in ORT",
+            ),
+            [
+                (
+                    r["name"],
+                    f"{r['eager_us']:.0f}",
+                    f"{r['ortlab_us']:.0f}",
+                    f"{r['bare_ort_us']:.0f}",
+                    f"{r['ortlab_us'] - r['bare_ort_us']:.0f}",
+                    f"{r['summary']['partitions']} / {r['summary']['sessions']}",
+                    f"{r['summary']['nodes_in_ort']}/{r['summary']['nodes']}",
+                )
+                for r in results
+            ],
+        ),
+        "",
+        "`bare ORT sessions` runs each session the call used, on the inputs it received, "
+        "from Python with numpy; `ortlab − bare ORT` is the price of the compiled path "
+        "around it (Dynamo, AOTAutograd, glue, eager ops).",
+        "",
+    ]
+    for r in results:
+        lines += [f"## {r['name']}", ""]
+        rows = [
+            (
+                layer,
+                f"{us:.1f}",
+                f"{r['share'][layer] * 100:.0f}%",
+                f"{r['share'][layer] * r['ortlab_us']:.1f}",
+            )
+            for layer, us in sorted(r["layers"].items(), key=lambda kv: -kv[1])
+        ]
+        lines += [
+            f"{r['calls']} calls; unprofiled median {r['ortlab_us']:.0f} µs per call, "
+            f"{r['profiled_us']:.0f} µs under cProfile.",
+            "",
+            md(("layer", "profiled µs/call", "share", "est. µs/call"), rows),
+            "",
+            "Top functions by own time:",
+            "",
+            md(
+                ("own µs/call", "layer", "function"),
+                [(f"{t / r['calls'] * 1e6:.1f}", layer, fn) for t, layer, fn in r["top"]],
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--frozen", action="store_true", help="freeze_parameters=True")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("profile.md")))
+    ns = parser.parse_args(argv)
+    torch.set_num_threads(ns.threads)
+    results = []
+    for name in ns.models.split(","):
+        print(f"profiling {name} ...", file=sys.stderr)
+        with contextlib.redirect_stdout(sys.stderr):
+            results.append(profile_model(name, calls=ns.calls, frozen=ns.frozen))
+        torch._dynamo.reset()
+    markdown = to_markdown(results, threads=ns.threads, frozen=ns.frozen)
+    Path(ns.out).write_text(markdown + "\n", encoding="utf-8")
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
