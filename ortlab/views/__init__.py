@@ -1,0 +1,63 @@
+"""The notebook lab: graph views, tables, plots, the Inspector widget and the HTML report.
+
+Everything here reads the backend's records only. Heavy optional packages (ipywidgets,
+pandas, matplotlib, IPython) are imported on first use; Graphviz's ``dot`` program draws
+the graphs, and without it every view falls back to tables with a note on installing it.
+"""
+
+from __future__ import annotations
+
+from ortlab.views._dot import GraphvizError, Rendered, dot_available, render_svg
+from ortlab.views._graphs import (
+    DEFAULT_MAX_NODES,
+    FlatNode,
+    Provenance,
+    flat_nodes,
+    fx_graph_view,
+    onnx_view,
+    partition_view,
+    provenance,
+)
+from ortlab.views._inspector import Inspector, PartitionViewer, in_notebook, inspect
+from ortlab.views._plots import plot_timings
+from ortlab.views._report import report, report_html
+from ortlab.views._tables import (
+    graphs_frame,
+    partitions_frame,
+    reasons_frame,
+    sessions_frame,
+    timings_frame,
+    verdicts_frame,
+)
+
+__all__ = [
+    # Entry points
+    "inspect",
+    "report",
+    "report_html",
+    # Widgets
+    "Inspector",
+    "PartitionViewer",
+    "in_notebook",
+    # Graphs (Graphviz)
+    "fx_graph_view",
+    "partition_view",
+    "onnx_view",
+    "flat_nodes",
+    "FlatNode",
+    "provenance",
+    "Provenance",
+    "Rendered",
+    "render_svg",
+    "dot_available",
+    "GraphvizError",
+    "DEFAULT_MAX_NODES",
+    # Tables (pandas) and plots (matplotlib)
+    "graphs_frame",
+    "partitions_frame",
+    "verdicts_frame",
+    "reasons_frame",
+    "sessions_frame",
+    "timings_frame",
+    "plot_timings",
+]

@@ -1,0 +1,234 @@
+"""HTML fragments shared by the Inspector widget and the standalone report.
+
+Each function returns safe HTML: model strings are escaped (``_html.esc`` or pandas'
+escaping), SVG comes from Graphviz (which escapes text itself). When Graphviz is missing
+a graph fragment is a note saying how to install it, followed by a table of the same
+nodes, so nothing is lost but the picture.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from typing import TYPE_CHECKING, Any
+
+from ortlab import _html
+from ortlab.views import _dot, _graphs, _tables
+
+if TYPE_CHECKING:
+    from ortlab.backend import records
+
+CSS = """
+.ortlab-root { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
+  font-size: 13px; color: #222; }
+.ortlab-root h3, .ortlab-root h4 { margin: 8px 0 4px 0; }
+.ortlab-headline { font-weight: 600; padding: 4px 0; }
+.ortlab-note { color: #8a4b00; background: #fff6e5; padding: 4px 8px; border-radius: 4px;
+  margin: 4px 0; }
+table.ortlab-table, table.ortlab { border-collapse: collapse; margin: 4px 0 8px 0;
+  font-size: 12px; }
+table.ortlab-table th, table.ortlab-table td, table.ortlab th, table.ortlab td {
+  border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
+table.ortlab-table th, table.ortlab th { background: #f4f4f4; }
+.ortlab-graph { overflow: auto; max-height: 960px; border: 1px solid #eee;
+  background: white; padding: 2px; }
+.ortlab-graph svg { max-width: 100%; height: auto; }
+.ortlab-graph.ortlab-natural svg { max-width: none; }
+.ortlab-side { display: flex; gap: 8px; align-items: flex-start; }
+.ortlab-side > div { flex: 1 1 50%; min-width: 0; }
+.ortlab-legend span { display: inline-block; padding: 0 6px; margin-right: 6px;
+  border-radius: 3px; border: 1px solid #999; }
+"""
+
+NATURAL_SIZE_ABOVE_PX = 1600
+"""Drawings wider than this are shown at their own size (scrolling), not shrunk to fit."""
+
+LEGEND = (
+    '<div class="ortlab-legend">'
+    f'<span style="background:{_graphs.PALETTE[0]}">partition (ONNX Runtime)</span>'
+    f'<span style="background:{_graphs.EAGER_FILL};border-color:{_graphs.EAGER_LINE}">'
+    "eager (PyTorch) — hover a node for its reason</span>"
+    f'<span style="background:{_graphs.IO_FILL}">inputs / outputs</span></div>'
+)
+
+
+def note(text: str) -> str:
+    return f'<p class="ortlab-note">{_html.esc(text)}</p>'
+
+
+def graph_html(rendered: _dot.Rendered, fallback: str = "") -> str:
+    """A rendered graph in a scroll box; its note (and ``fallback`` HTML) without SVG."""
+    parts = []
+    if rendered.note:
+        parts.append(note(rendered.note))
+    if rendered.svg is not None:
+        # Fit small drawings to the box; big ones keep their size and scroll, since shrunk
+        # to fit they would be unreadable.
+        width = re.search(r'width="([0-9.]+)px"', rendered.svg[:400])
+        natural = width is not None and float(width.group(1)) > NATURAL_SIZE_ABOVE_PX
+        css = "ortlab-graph ortlab-natural" if natural else "ortlab-graph"
+        parts.append(f'<div class="{css}">{rendered.svg}</div>')
+    else:
+        parts.append(fallback)
+    return "".join(parts)
+
+
+MAX_TABLE_ROWS = 500
+"""Rows of a node table standing in for a drawing; the rest are counted, not listed."""
+
+
+def fx_nodes_table(graph: records.GraphRecord) -> str:
+    """Every node of a graph with its partition and verdict (stands in for the drawing)."""
+    verdicts = {v.node: v for v in graph.verdicts}
+    rows = []
+    nodes = _graphs.flat_nodes(graph)
+    for n in nodes[:MAX_TABLE_ROWS]:
+        v = verdicts.get(n.name)
+        rows.append(
+            (n.name, n.op, n.target, n.partition or "eager", n.value, v.reason if v else "")
+        )
+    table = _html.table(("node", "op", "target", "runs in", "value", "reason"), rows)
+    more = len(nodes) - MAX_TABLE_ROWS
+    return table + (note(f"{more} more nodes not listed.") if more > 0 else "")
+
+
+def partition_nodes_table(partition: records.PartitionRecord) -> str:
+    rows = [(n.name, n.op, str(n.target)) for n in partition.graph_module.graph.nodes]
+    return _html.table(("node", "op", "target"), rows)
+
+
+def onnx_nodes_table(session: records.SessionRecord) -> str:
+    """The ONNX nodes of a session's model with the FX node each came from."""
+    prov = _graphs.provenance(session)
+    rows = [
+        (
+            i,
+            n.op_type,
+            n.name,
+            ", ".join(n.input),
+            ", ".join(n.output),
+            prov.fx_node_of(i) or "",
+        )
+        for i, n in enumerate(session.model.graph.node)
+    ]
+    return _html.table(("#", "op", "name", "inputs", "outputs", "FX node"), rows)
+
+
+def eager_nodes_html(graph: records.GraphRecord) -> str:
+    """The nodes of a graph that run in PyTorch, with the reason for each."""
+    in_ort = set(graph.ort_node_names)
+    failed = {n: p for p in graph.partitions if p.state != "ort" for n in p.node_names}
+    rows = []
+    for v in graph.verdicts:
+        if v.node in in_ort:
+            continue
+        reason = v.reason
+        if v.node in failed:
+            reason = (
+                f"partition {failed[v.node].name} fell back to eager: {failed[v.node].error}"
+            )
+        rows.append((v.node, v.target, reason))
+    if not rows:
+        return "<p>Every node runs in ONNX Runtime.</p>"
+    return _html.table(("eager node", "target", "reason"), rows)
+
+
+def partition_verdicts_html(
+    partition: records.PartitionRecord, graph: records.GraphRecord | None
+) -> str:
+    """The verdicts of a partition's nodes (node, target, supported, reason)."""
+    if graph is None:
+        return ""
+    names = set(partition.node_names)
+    rows = [
+        (v.node, v.target, v.supported, v.reason) for v in graph.verdicts if v.node in names
+    ]
+    return _html.table(("node", "target", "supported", "reason"), rows)
+
+
+def provenance_table(session: records.SessionRecord) -> str:
+    """FX node -> the ONNX nodes it became."""
+    prov = _graphs.provenance(session)
+    rows = [
+        (fx, ", ".join(_graphs.onnx_node_title(session, i) for i in idx))
+        for fx, idx in prov.fx_to_onnx.items()
+    ]
+    if not rows:
+        return note("This model carries no FX provenance metadata.")
+    return _html.table(("FX node", "ONNX nodes"), rows)
+
+
+def onnx_model_info(session: records.SessionRecord) -> str:
+    """Model facts: opsets, inputs, outputs, initializers, op-type counts, providers."""
+    model = session.model
+    graph = model.graph
+    init_bytes = sum(len(t.raw_data) for t in graph.initializer)
+    ops = collections.Counter(n.op_type for n in graph.node)
+    rows: list[tuple[str, Any]] = [
+        ("partition", f"{session.partition} (session {session.index})"),
+        (
+            "inputs",
+            ", ".join(f"{n}: {t}" for n, t in zip(session.input_names, session.input_schema)),
+        ),
+        (
+            "outputs",
+            ", ".join(
+                f"{n}: {t}" for n, t in zip(session.output_names, session.output_schema)
+            ),
+        ),
+        ("ONNX nodes", len(graph.node)),
+        ("op types", ", ".join(f"{op} ×{c}" for op, c in ops.most_common())),
+        ("initializers", f"{len(graph.initializer)} ({init_bytes / 1024:.1f} KiB)"),
+        (
+            "opsets",
+            ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import),
+        ),
+        ("IR version", model.ir_version),
+        ("model bytes", session.model_bytes),
+        ("providers", ", ".join(session.providers)),
+        ("export", f"{session.export_method}, {session.export_seconds * 1e3:.1f} ms"),
+        ("session creation", f"{session.session_seconds * 1e3:.1f} ms"),
+        ("runs", session.run_count),
+    ]
+    if session.frozen_inputs:
+        rows.append(("frozen inputs", ", ".join(session.frozen_inputs)))
+    return _html.table(("", ""), rows)
+
+
+def summary_html(obj: Any, headline: str = "") -> str:
+    """The Summary tab: key figures, graphs, verdicts per reason, eager nodes."""
+    from ortlab.views import _subjects
+
+    parts = []
+    if headline:
+        parts.append(f'<div class="ortlab-headline">{_html.esc(headline)}</div>')
+    parts.append(_html.table(("", ""), _tables.summary_rows(obj)))
+    parts.append("<h4>Graphs</h4>" + _tables.frame_html(_tables.graphs_frame(obj)))
+    parts.append(
+        "<h4>Verdicts by reason</h4>" + _tables.frame_html(_tables.reasons_frame(obj))
+    )
+    for g in _subjects.graphs_of(obj):
+        parts.append(f"<h4>Eager nodes of graph {g.index} ({_html.esc(g.kind)})</h4>")
+        parts.append(eager_nodes_html(g))
+    if not _dot.dot_available():
+        parts.append(note(_dot.INSTALL_HINT))
+    return "".join(parts)
+
+
+def session_timings_html(obj: Any) -> str:
+    """Seconds per compile step for each session (milliseconds, one row per session)."""
+    from ortlab.backend import records
+    from ortlab.views import _subjects
+
+    steps = records.SESSION_STEPS
+    rows = []
+    for p in _subjects.partitions_of(obj):
+        for s in p.sessions:
+            rows.append(
+                (
+                    f"{p.graph_index}:{p.name}#{s.index}",
+                    *(f"{s.timings.get(k, 0.0) * 1e3:.2f}" for k in steps),
+                )
+            )
+    headers = ("session", *(f"{_tables.STEP_LABELS[k]} (ms)" for k in steps))
+    return _html.table(headers, rows)

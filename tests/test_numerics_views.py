@@ -1,0 +1,125 @@
+"""Tests of the Numerics view: HTML, widget, plots and the error overlay on the graphs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from unittest import mock
+
+import onnx
+import pytest
+import torch
+
+import ortlab
+from ortlab import errors, zoo
+from ortlab.views import _dot, numerics
+
+
+def _sigmoid_to_relu(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        if node.op_type == "Sigmoid":
+            node.op_type = "Relu"
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """custom_op (two partitions) with the second partition's Sigmoid turned into Relu."""
+    model, inputs = zoo.get("custom_op").instantiate()
+    return ortlab.diff(model, *inputs, pre_ort_model_transforms=[_sigmoid_to_relu])
+
+
+def _failing(report):
+    return report.failing_partitions[0]
+
+
+def _dot_nodes(source: str) -> dict[str, str]:
+    """Node id -> its attribute text, from DOT written by the overlay functions."""
+    found = {}
+    for line in source.splitlines():
+        match = re.match(r'^"([^"]+)" \[(.*)\];$', line)
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def test_fx_overlay_colours_nodes_by_error_and_marks_the_first_divergent(planted):
+    part = _failing(planted)
+    nodes = _dot_nodes(numerics.fx_overlay(planted, part))
+    assert f'fillcolor="{numerics.FAIL_FILL}"' in nodes["sigmoid"]
+    assert 'penwidth="3"' in nodes["sigmoid"] and "first divergent" in nodes["sigmoid"]
+    assert f'fillcolor="{numerics.PASS_FILL}"' in nodes["addmm_1"]
+    assert "penwidth" not in nodes["addmm_1"]
+    assert "->" in numerics.fx_overlay(planted, part)
+
+
+def test_onnx_overlay_marks_the_onnx_node_made_from_the_first_divergent_fx_node(planted):
+    part = _failing(planted)
+    nodes = _dot_nodes(numerics.onnx_overlay(planted, part))
+    marked = [attrs for attrs in nodes.values() if 'penwidth="3"' in attrs]
+    assert len(marked) == 1
+    assert marked[0].startswith('label="Relu') and numerics.FAIL_FILL in marked[0]
+    gemm = next(a for a in nodes.values() if a.startswith('label="Gemm'))
+    assert numerics.PASS_FILL in gemm
+
+
+@pytest.mark.skipif(not _dot.dot_available(), reason="Graphviz's dot is not installed")
+def test_numerics_html_is_self_contained_with_svg_plots_and_first_divergent(planted):
+    html = numerics.numerics_html(planted)
+    assert "first divergent node" in html and "sigmoid" in html and "Relu" in html
+    assert html.count("<svg") == 2  # FX and ONNX overlays of the failing partition
+    assert html.count("data:image/png;base64,") == 2  # histograms and scatter
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
+    assert "FAIL" in html and numerics.FIRST_LINE in html
+
+
+def test_numerics_html_without_graphviz_keeps_tables_and_says_how_to_install(planted):
+    with mock.patch.object(_dot, "dot_executable", return_value=None):
+        html = numerics.numerics_html(planted)
+    assert "<svg" not in html
+    assert "install" in html.lower() and "graphviz" in html.lower()
+    assert "aten.sigmoid.default" in html  # the nodes table is still there
+
+
+def test_numerics_html_escapes_model_strings():
+    report = ortlab.diff(lambda t: {"<img src=x onerror=alert(1)>": t * 2}, torch.ones(3))
+    html = numerics.numerics_html(report)
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_numerics_widget_has_tabs_and_starts_on_the_failing_partition(planted):
+    widgets = pytest.importorskip("ipywidgets")
+    tab = numerics.numerics_widget(planted)
+    assert isinstance(tab, widgets.Tab)
+    titles = [tab.get_title(i) for i in range(len(tab.children))]
+    assert titles == ["Summary", "Partitions", "Graphs"]
+    picker, view = tab.children[2].children
+    failing = _failing(planted)
+    assert picker.options[picker.value][0].startswith(failing.label)
+    assert 'class="ortlab-num-first"' in view.value and "sigmoid" in view.value
+    clean = next(v for _, v in picker.options if v != picker.value)
+    picker.value = clean
+    assert 'class="ortlab-num-first"' not in view.value
+    assert "nodes=True" in view.value  # says how to get its nodes compared
+
+
+def test_plots_have_one_histogram_per_tensor_and_a_tolerance_line(planted):
+    hist = numerics.error_histograms(planted)
+    assert len(hist.axes) == len(planted.outputs)
+    scatter = numerics.error_scatter(planted)
+    (ax,) = scatter.axes
+    assert ax.get_xscale() == "log" and len(ax.lines) == 1  # the tolerance line
+
+
+def test_missing_matplotlib_raises_an_error_naming_the_extra(planted):
+    hidden = {"matplotlib": None, "matplotlib.figure": None}
+    with mock.patch.dict(sys.modules, hidden):
+        with pytest.raises(errors.MissingDependencyError, match=r"ortlab\[notebook\]"):
+            numerics.numerics_html(planted)
+
+
+def test_diff_table_gives_each_table(planted):
+    assert list(numerics.diff_table(planted)["name"]) == ["output"]
+    assert "first_divergent" in numerics.diff_table(planted, what="partitions").columns
+    assert numerics.diff_table(planted, what="nodes")["diverged"].sum() == 1
+    with pytest.raises(errors.UnsupportedOptionError, match="partitions"):
+        numerics.diff_table(planted, what="graphs")
