@@ -25,7 +25,19 @@ def test_importing_ortlab_and_compiling_loads_no_notebook_packages():
     assert out.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("module", ["ortlab", "ortlab.backend", "ortlab.errors", "ortlab.zoo"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ortlab",
+        "ortlab.backend",
+        "ortlab.errors",
+        "ortlab.zoo",
+        "ortlab._numerics",
+        "ortlab.views",
+        "ortlab.views.numerics",
+        "ortlab.magic",
+    ],
+)
 def test_all_lists_public_names_only_and_completely(module):
     mod = importlib.import_module(module)
     names = mod.__all__
