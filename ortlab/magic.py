@@ -348,7 +348,7 @@ def run_ortcompile(
     result = OrtCompileResult(
         expression=expression.strip(),
         compiled=compiled,
-        backend=compiled.ortlab_backend,
+        backend=ortlab.backend_of(compiled),
         output=output,
         eager_output=eager_output,
         max_abs_diff=max_abs_diff(output, eager_output),

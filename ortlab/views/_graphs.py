@@ -336,7 +336,8 @@ def fx_graph_view(
     )
     lines.extend(by_part.pop(None, []))
     for name, body in by_part.items():
-        index, part = parts[name]  # type: ignore[index]
+        assert name is not None  # eager nodes were popped above
+        index, part = parts[name]
         ids[name] = f"{id_prefix}part-{index}"
         lines.append(_cluster(index, part, body, len(body), ids[name]))
     for node in nodes:
@@ -480,7 +481,7 @@ def _collapsed_view(
     # any node they hold is highlighted; single nodes were outlined when drawn.
     for key in {group[name] for name in highlight if name in group}:
         statement = items.get(key, "")
-        if statement.endswith("]") and "penwidth=\"4\"" not in statement:
+        if statement.endswith("]") and 'penwidth="4"' not in statement:
             items[key] = statement[:-1] + f', color="{HIGHLIGHT}", penwidth="4"]'
     lines = ["digraph fx {", _GRAPH_ATTRS]
     caption = _graph_caption(graph) + " — collapsed: one box per partition"

@@ -320,7 +320,7 @@ class PartitionViewer:
             prov = _graphs.provenance(s) if s is not None else None
             fx_name = self.fx_node.value
             onnx_index = self.onnx_node.value
-            if onnx_index is not None and prov is not None:
+            if onnx_index is not None and prov is not None and s is not None:
                 fx_name = prov.fx_node_of(onnx_index)
                 linked = [onnx_index]
                 lines.append(

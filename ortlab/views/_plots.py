@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any
+from typing import Any, TypeAlias
 
 from ortlab import _deps, errors
 from ortlab.views import _tables
 
 # Annotations name matplotlib types as Any: the package is optional and imported lazily.
-Axes = Figure = Any
+Axes: TypeAlias = Any
+Figure: TypeAlias = Any
 
 _COLORS = (
     "#4c72b0",

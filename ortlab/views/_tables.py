@@ -150,7 +150,7 @@ def verdicts_frame(obj: Any) -> pd.DataFrame:
                     v.reason,
                 )
             )
-    first_seen = {}
+    first_seen: dict[tuple[bool, str], int] = {}
     for row in rows:
         first_seen.setdefault((row[4], row[6]), len(first_seen))
     order = sorted(
@@ -186,6 +186,7 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
     ``onnx_nodes``, ``model_bytes``, ``export_method``, ``active``.
     """
     rows = []
+    pairs: list[tuple[records.PartitionRecord | None, records.SessionRecord]]
     if isinstance(obj, records.SessionRecord) or (
         isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], records.SessionRecord)
     ):
