@@ -46,6 +46,7 @@ browser:
 lint: install
 	$(BIN)/ruff check ortlab tests benchmarks
 	$(BIN)/ruff format --check ortlab tests benchmarks
+	$(BIN)/mypy ortlab
 
 test: install graphviz browser lint
 	@$(BIN)/python -m pytest -q; rc=$$?; \

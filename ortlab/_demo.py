@@ -87,10 +87,10 @@ def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
     """Compiles one zoo model through ortlab, checks its sweep, times it against eager."""
     model = spec.build()
     compiled = _backend.compile(copy.deepcopy(model), dynamic=True)
-    backend = compiled.ortlab_backend
+    backend = _backend.backend_of(compiled)
     max_diff = 0.0
     matches = True
-    with torch._dynamo.config.patch(**dict(spec.dynamo_config)), torch.no_grad():
+    with torch._dynamo.config.patch(dict(spec.dynamo_config)), torch.no_grad():
         args = spec.example_inputs()
         start = time.perf_counter()
         out = compiled(*args)

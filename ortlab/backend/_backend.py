@@ -407,7 +407,8 @@ def compile(
     # isolate_recompiles: each compile gets its own Dynamo cache entries, so compiling the
     # same model class many times (notebooks, sweeps) never hits the recompile limit and
     # silently falls back to eager.
-    compiled = torch.compile(  # type: ignore[call-overload]  (stubs lag isolate_recompiles)
+    # (torch.compile's type stubs do not list isolate_recompiles yet)
+    compiled = torch.compile(  # type: ignore[call-overload]
         model, backend=backend, dynamic=dynamic, fullgraph=fullgraph, isolate_recompiles=True
     )
     # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.

@@ -31,7 +31,7 @@ def _normalize_providers(
             f"OrtBackendOptions.{field} must be a sequence of execution providers, e.g. "
             f'["CUDAExecutionProvider", ("CPUExecutionProvider", {{}})]; got {value!r}.'
         )
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for ep in value:
         if isinstance(ep, str):
             out.append((ep, {}))

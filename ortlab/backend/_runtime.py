@@ -37,7 +37,7 @@ _TORCH_TO_NUMPY = {
     torch.uint8: np.uint8,
     torch.bool: np.bool_,
 }
-_ONNX_TO_TORCH = {
+_ONNX_TO_TORCH: dict[int, torch.dtype] = {
     onnx.TensorProto.FLOAT16: torch.float16,
     onnx.TensorProto.FLOAT: torch.float32,
     onnx.TensorProto.DOUBLE: torch.float64,

@@ -232,7 +232,7 @@ class OrtOperatorSupport(OperatorSupportBase):
             _PLACEHOLDER_AUX_OUTPUTS
         ):
             used = sorted(
-                user.args[1]
+                int(user.args[1])  # type: ignore[arg-type]
                 for user in node.users
                 if user.target is operator.getitem and user.args[1] != 0 and user.users
             )
