@@ -500,3 +500,17 @@ def _stroke(root, element_id):
     element = svg_element(root, element_id)
     shapes = [e for e in element.iter() if e.tag in (f"{SVG}path", f"{SVG}polygon")]
     return shapes[0].get("stroke")
+
+
+def test_inspector_bundle_has_a_static_html_fallback_for_widgetless_front_ends(
+    inference, monkeypatch
+):
+    monkeypatch.setattr(_inspector, "in_notebook", lambda: True)
+    inspector = views.inspect(inference)
+    try:
+        bundle = inspector._repr_mimebundle_()
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert "Verdicts by reason" in bundle["text/html"]
+        assert "soft_clip" in bundle["text/html"]  # the eager node and its reason
+    finally:
+        inspector.close()

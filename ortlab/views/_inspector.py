@@ -678,6 +678,12 @@ class Inspector:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
         if isinstance(bundle, dict):
             bundle["text/plain"] = self.text()
+            # Front ends without the widget manager (nbconvert HTML, GitHub) fall back to
+            # a static summary instead of an empty cell.
+            bundle["text/html"] = "".join(
+                f"<h3>{_html.esc(s.name)}</h3>" + _fragments.summary_html(s.backend)
+                for s in self.subjects
+            )
         return bundle
 
 
