@@ -693,6 +693,22 @@ def onnx_node_title(session: records.SessionRecord, index: int) -> str:
     return f"{node.op_type} {node.name}".strip()
 
 
+def _onnx_io_line(key: str, name: str, types: dict[str, str], kind: str) -> str:
+    """DOT statement for an ONNX graph input or output (``kind``: "input" / "output")."""
+    return (
+        f"{_dot.quote(key)} "
+        + _dot.attrs(
+            label=f"{name}\n{types.get(name, '')}",
+            shape="ellipse",
+            fillcolor=IO_FILL,
+            tooltip=f"{kind} {name}: {types.get(name, '?')}",
+            id=key,
+            **{"class": f"ortlab-onnx-{kind}"},
+        )
+        + ";"
+    )
+
+
 def onnx_view(
     session: records.SessionRecord,
     *,
@@ -743,18 +759,7 @@ def onnx_view(
             continue
         key = f"{id_prefix}onnx-in-{j}"
         producer[vi.name] = key
-        lines.append(
-            f"{_dot.quote(key)} "
-            + _dot.attrs(
-                label=f"{vi.name}\n{types.get(vi.name, '')}",
-                shape="ellipse",
-                fillcolor=IO_FILL,
-                tooltip=f"input {vi.name}: {types.get(vi.name, '?')}",
-                id=key,
-                **{"class": "ortlab-onnx-input"},
-            )
-            + ";"
-        )
+        lines.append(_onnx_io_line(key, vi.name, types, "input"))
     fx_names = []
     for i, node in enumerate(graph.node):
         key = ids[str(i)]
@@ -786,18 +791,7 @@ def onnx_view(
         )
     for j, vi in enumerate(graph.output):
         key = f"{id_prefix}onnx-out-{j}"
-        lines.append(
-            f"{_dot.quote(key)} "
-            + _dot.attrs(
-                label=f"{vi.name}\n{types.get(vi.name, '')}",
-                shape="ellipse",
-                fillcolor=IO_FILL,
-                tooltip=f"output {vi.name}: {types.get(vi.name, '?')}",
-                id=key,
-                **{"class": "ortlab-onnx-output"},
-            )
-            + ";"
-        )
+        lines.append(_onnx_io_line(key, vi.name, types, "output"))
         src = producer.get(vi.name)
         if src is not None:
             lines.append(f"{_dot.quote(src)} -> {_dot.quote(key)};")
