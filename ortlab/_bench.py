@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+import ortlab.backend
 from ortlab import _deps, _html, errors
 
 if TYPE_CHECKING:
@@ -690,8 +691,6 @@ class _OrtFloor:
     def __init__(self, target: Any, args: tuple[Any, ...]) -> None:
         import onnxruntime
 
-        from ortlab.backend import _session
-
         module = target if isinstance(target, torch.nn.Module) else _AsModule(target)
         # The exporter prints its progress on stdout and logs/warns about optional
         # packages (torchvision); none of it belongs in a benchmark table.
@@ -708,7 +707,7 @@ class _OrtFloor:
             raise errors.ExportError("torch.onnx.export returned no ONNXProgram")
         self.session = onnxruntime.InferenceSession(
             program.model_proto.SerializeToString(),
-            sess_options=_session.default_session_options(),
+            sess_options=ortlab.backend.default_session_options(),
             providers=["CPUExecutionProvider"],
         )
         self.input_names = [i.name for i in self.session.get_inputs()]

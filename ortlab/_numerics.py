@@ -80,6 +80,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+import ortlab.backend
 from ortlab import _deps, _html, errors
 
 if TYPE_CHECKING:
@@ -1263,10 +1264,8 @@ def _numpy_feed(value: Any, info: onnx.ValueInfoProto) -> np.ndarray:
 
 
 def _session_options_for(backend: OrtBackend) -> Any:
-    from ortlab.backend import _session
-
     given = backend.options.ort_session_options
-    return given if given is not None else _session.default_session_options()
+    return given if given is not None else ortlab.backend.default_session_options()
 
 
 def _run_debug_model(
@@ -1274,8 +1273,6 @@ def _run_debug_model(
 ) -> tuple[dict[str, torch.Tensor], str]:
     """Runs the debug copy on the captured inputs; returns values by ONNX name and a note."""
     import onnxruntime
-
-    from ortlab.backend import _session
 
     record = capture.session
     model = _debug_model(record.model, values)
@@ -1289,7 +1286,7 @@ def _run_debug_model(
             slots = [i for i, n in enumerate(placeholders) if n not in record.frozen_inputs]
             value = capture.inputs[slots[position]]
         feeds[info.name] = _numpy_feed(value, info)
-    providers = [p for p in record.providers if p in _session.available_providers()]
+    providers = [p for p in record.providers if p in ortlab.backend.available_providers()]
     session = onnxruntime.InferenceSession(
         model.SerializeToString(),
         sess_options=session_options,
@@ -1888,8 +1885,6 @@ def _run_sweep(
 ) -> list[SweepRow]:
     import onnxruntime
 
-    from ortlab.backend import _session
-
     rows: list[SweepRow] = []
     available = set(onnxruntime.get_available_providers())
     target = _unwrap_compiled(fn)
@@ -1931,7 +1926,7 @@ def _run_sweep(
                 [value] if isinstance(value, (str, tuple)) else list(value)
             )
         if "graph_optimization_level" in settings:
-            so = _session.default_session_options()
+            so = ortlab.backend.default_session_options()
             so.graph_optimization_level = _opt_level(settings["graph_optimization_level"])
             options["ort_session_options"] = so
         options.update(

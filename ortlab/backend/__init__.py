@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ortlab.backend._backend import OrtBackend, backend_of, compile, torch_compile_backend
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
+from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._support import OrtOperatorSupport
 from ortlab.backend.records import (
     GraphRecord,
@@ -25,6 +26,9 @@ __all__ = [
     "torch_compile_backend",
     "compile",
     "backend_of",
+    # Sessions (for tools that make their own ONNX Runtime sessions, e.g. diff and bench)
+    "available_providers",
+    "default_session_options",
     # Support
     "OrtOperatorSupport",
     # Records
