@@ -340,12 +340,7 @@ def fx_graph_view(
         index, part = parts[name]
         ids[name] = f"{id_prefix}part-{index}"
         lines.append(_cluster(index, part, body, len(body), ids[name]))
-    for node in nodes:
-        for src in node.inputs:
-            if src in ids:
-                lines.append(f"{_dot.quote(ids[src])} -> {_dot.quote(ids[node.name])};")
-    lines.append("}")
-    return _dot.render("\n".join(lines), ids, node_count=len(nodes))
+    return _finish(lines, nodes, ids)
 
 
 def _graph_caption(graph: records.GraphRecord) -> str:
@@ -607,12 +602,7 @@ def partition_view(
         else:
             lines.append(stmt)
     lines.append(_cluster(index, partition, body, len(body), f"{id_prefix}part-{index}"))
-    for node in nodes:
-        for src in node.inputs:
-            if src in ids:
-                lines.append(f"{_dot.quote(ids[src])} -> {_dot.quote(ids[node.name])};")
-    lines.append("}")
-    return _dot.render("\n".join(lines), ids, node_count=len(nodes))
+    return _finish(lines, nodes, ids)
 
 
 def _too_large(count: int, limit: int, ids: dict[str, str]) -> _dot.Rendered:
@@ -691,6 +681,16 @@ def onnx_node_title(session: records.SessionRecord, index: int) -> str:
     """``"Gemm node_addmm"`` for the ONNX node at ``index``."""
     node = session.model.graph.node[index]
     return f"{node.op_type} {node.name}".strip()
+
+
+def _finish(lines: list[str], nodes: Sequence[Any], ids: dict[str, str]) -> Any:
+    """Adds the FX edges between drawn nodes, closes the graph and renders it."""
+    for node in nodes:
+        for src in node.inputs:
+            if src in ids:
+                lines.append(f"{_dot.quote(ids[src])} -> {_dot.quote(ids[node.name])};")
+    lines.append("}")
+    return _dot.render("\n".join(lines), ids, node_count=len(nodes))
 
 
 def _onnx_io_line(key: str, name: str, types: dict[str, str], kind: str) -> str:
