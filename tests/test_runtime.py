@@ -246,3 +246,39 @@ def test_compile_helper_attaches_its_backend():
     compiled(torch.randn(2))
     assert ortlab.backend_of(compiled) is compiled.ortlab_backend
     assert compiled.ortlab_backend.options.preallocate_output
+
+
+def test_session_cache_is_bounded_and_evicts_the_oldest():
+    from ortlab.backend import _partition
+
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=False))
+    compiled, _ = _compile(lambda x: x.exp(), backend, dynamic=True)
+    sizes = range(2, 2 + _partition.MAX_SESSIONS_PER_PARTITION + 2)
+    for n in sizes:
+        compiled(torch.randn(n))
+    sessions = backend.partitions[0].sessions
+    assert len(sessions) == len(sizes)
+    assert [s.active for s in sessions] == [False, False] + [True] * (len(sizes) - 2)
+    # An evicted schema is exported again, as a new (active) session.
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.ones(2).exp())
+    assert len(sessions) == len(sizes) + 1 and sessions[-1].active
+
+
+def test_a_failed_partition_deactivates_its_sessions():
+    calls = {"n": 0}
+
+    def break_second_model(model):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            model.graph.node[0].op_type = "NoSuchOnnxOp"
+
+    backend = OrtBackend(
+        OrtBackendOptions(dynamic_shapes=False, pre_ort_model_transforms=[break_second_model])
+    )
+    compiled, _ = _compile(lambda x: x.cos(), backend, dynamic=True)
+    compiled(torch.randn(3))
+    with pytest.warns(RuntimeWarning, match="NoSuchOnnxOp"):
+        torch.testing.assert_close(compiled(torch.zeros(4)), torch.ones(4))
+    partition = backend.partitions[0]
+    assert partition.state == "eager"
+    assert not any(s.active for s in partition.sessions)

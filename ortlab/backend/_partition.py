@@ -86,10 +86,9 @@ class OrtPartitionModule:
         self._backend = backend
         self._check_requires_grad = check_requires_grad
         self._allow_freeze = allow_freeze
+        # Live sessions, oldest first; each runner carries its SessionRecord.
         self._runners: list[_runtime.OrtRunner] = []
-        self._runner_records: list[records.SessionRecord] = []
         self._last: _runtime.OrtRunner | None = None
-        self._last_record: records.SessionRecord | None = None
         self._failed = False
         placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
         self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
@@ -109,8 +108,7 @@ class OrtPartitionModule:
             if runner is None:
                 self.record.eager_run_count += 1
                 return self.eager(*args)
-        session_record = self._last_record
-        assert session_record is not None
+        session_record = runner.record
         first = session_record.run_count == 0
         start = time.perf_counter() if first else 0.0
         try:
@@ -133,21 +131,19 @@ class OrtPartitionModule:
 
     # -- sessions ------------------------------------------------------------------
     def _find_or_create(self, args: Sequence[Any]) -> _runtime.OrtRunner | None:
-        for runner, rec in zip(self._runners, self._runner_records):
+        for runner in self._runners:
             if runner.matches(args):
-                self._last, self._last_record = runner, rec
+                self._last = runner
                 return runner
         try:
-            runner, rec = self._create(args)
+            runner = self._create(args)
         except Exception as e:
             self._fail(f"{type(e).__name__}: {e}")
             return None
         if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
-            self._runners.pop(0)
-            self._runner_records.pop(0).active = False
+            self._runners.pop(0).record.active = False
         self._runners.append(runner)
-        self._runner_records.append(rec)
-        self._last, self._last_record = runner, rec
+        self._last = runner
         return runner
 
     def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
@@ -155,7 +151,7 @@ class OrtPartitionModule:
             return {}
         return {i: a for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
 
-    def _create(self, args: Sequence[Any]) -> tuple[_runtime.OrtRunner, records.SessionRecord]:
+    def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
         backend = self._backend
         options = backend.options
         record = self.record
@@ -226,14 +222,14 @@ class OrtPartitionModule:
             frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
         )
         record.sessions.append(session_record)
+        runner.record = session_record
         logger.debug("created %r", session_record)
-        return runner, session_record
+        return runner
 
     def _fail(self, message: str) -> None:
         self._failed = True
         self.record.error = message
-        self._runners.clear()
-        self._last = None
+        self.clear_sessions()
         warnings.warn(
             f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
             f"{self.record.graph_index} runs in PyTorch instead of ONNX Runtime: {message}",
@@ -243,12 +239,10 @@ class OrtPartitionModule:
 
     def clear_sessions(self) -> None:
         """Drops every session (they are re-created on the next call)."""
-        for rec in self._runner_records:
-            rec.active = False
+        for runner in self._runners:
+            runner.record.active = False
         self._runners.clear()
-        self._runner_records.clear()
         self._last = None
-        self._last_record = None
 
 
 def dump_prefix(option: str | None) -> str | None:

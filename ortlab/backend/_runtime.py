@@ -177,6 +177,8 @@ class OrtRunner:
         self.output_torch_devices = devices
         self.preallocate_output = preallocate_output
         self.run_options = C.RunOptions()
+        self.record: Any = None
+        """The SessionRecord describing this session (set by the partition)."""
         self._device_cache: dict[torch.device, Any] = {}
 
     @staticmethod
