@@ -52,12 +52,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import torch
-
     from ortlab import _demo, views
 
     rows = _demo.run_demo(args.models or None, iters=3)
-    torch.set_num_threads(torch.get_num_threads())
     print(views.report({r.model: r.backend for r in rows}, args.path))
     return 0
 

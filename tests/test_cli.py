@@ -44,3 +44,11 @@ def test_demo_row_counts_come_from_the_records():
 def test_unknown_zoo_model_is_a_clear_error():
     with pytest.raises(Exception, match="choose one of: mlp"):
         cli.main(["demo", "no_such_model", "--iters", "1"])
+
+
+def test_report_command_writes_one_section_per_model(tmp_path, capsys):
+    path = tmp_path / "report.html"
+    assert cli.main(["report", str(path), "mlp"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(path))
+    text = path.read_text(encoding="utf-8")
+    assert "mlp" in text and "fused_0" in text
