@@ -514,3 +514,13 @@ def test_inspector_bundle_has_a_static_html_fallback_for_widgetless_front_ends(
         assert "soft_clip" in bundle["text/html"]  # the eager node and its reason
     finally:
         inspector.close()
+
+
+def test_timings_tab_has_step_table_waterfall_and_per_session_rows(inference):
+    from ortlab.views import _fragments
+
+    html = _fragments.timings_html(inference)
+    for step in ("type promotion (ms)", "translate (ms)", "first run (ms)"):
+        assert step in html
+    assert 'alt="compile time by step"' in html and "data:image/png;base64," in html
+    assert html.count("fused_") >= len(inference.sessions)

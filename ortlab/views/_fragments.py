@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _html
-from ortlab.views import _dot, _graphs, _tables
+from ortlab.views import _dot, _graphs, _plots, _tables
 
 if TYPE_CHECKING:
     from ortlab.backend import records
@@ -232,3 +232,13 @@ def session_timings_html(obj: Any) -> str:
             )
     headers = ("session", *(f"{_tables.STEP_LABELS[k]} (ms)" for k in steps))
     return _html.table(headers, rows)
+
+
+def timings_html(backend: Any) -> str:
+    """The Timings tab (Inspector and report): step table, waterfall plot, per session."""
+    out = [_tables.frame_html(_tables.timings_frame(backend))]
+    if backend.graphs:
+        fig = _plots.plot_timings(backend, kind="waterfall")
+        out.append(_plots.figure_img_html(fig, alt="compile time by step"))
+    out.append("<h4>Per session</h4>" + session_timings_html(backend))
+    return "".join(out)

@@ -23,7 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _deps, _html
-from ortlab.views import _dot, _fragments, _graphs, _plots, _subjects, _tables
+from ortlab.views import _dot, _fragments, _graphs, _subjects, _tables
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
@@ -462,22 +462,13 @@ class _SubjectView:
             elif values:
                 self.onnx_session.value = values[0]
             self._draw_onnx()
-            self.timings.value = self._timings_html()
+            self.timings.value = _fragments.timings_html(self.subject.backend)
         else:
             self.viewer.sessions.value = (
                 _tables.frame_html(_tables.sessions_frame(self.viewer._partition()))
                 if self.viewer._partition() is not None
                 else ""
             )
-
-    def _timings_html(self) -> str:
-        backend = self.subject.backend
-        parts = [_tables.frame_html(_tables.timings_frame(backend))]
-        if backend.graphs:
-            fig = _plots.plot_timings(backend, kind="waterfall")
-            parts.append(_plots.figure_img_html(fig, alt="compile time by step"))
-        parts.append("<h4>Per session</h4>" + _fragments.session_timings_html(backend))
-        return "".join(parts)
 
     def _draw_onnx(self) -> None:
         key = self.onnx_session.value

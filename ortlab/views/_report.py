@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _html
-from ortlab.views import _dot, _fragments, _graphs, _plots, _subjects, _tables
+from ortlab.views import _dot, _fragments, _graphs, _subjects, _tables
 
 if TYPE_CHECKING:
     from ortlab.backend import records
@@ -203,15 +203,6 @@ def _onnx_panel(backend: Any) -> str:
     return "".join(out)
 
 
-def _timings_panel(backend: Any) -> str:
-    out = [_tables.frame_html(_tables.timings_frame(backend))]
-    if backend.graphs:
-        fig = _plots.plot_timings(backend, kind="waterfall")
-        out.append(_plots.figure_img_html(fig, alt="compile time by step"))
-    out.append("<h4>Per session</h4>" + _fragments.session_timings_html(backend))
-    return "".join(out)
-
-
 def _subject_html(index: int, subject: _subjects.Subject, max_nodes: int) -> str:
     prefix = f"r{index}-"
     backend = subject.backend
@@ -220,7 +211,7 @@ def _subject_html(index: int, subject: _subjects.Subject, max_nodes: int) -> str
         ("Partitions", _partitions_panel(prefix, backend, max_nodes)),
         ("ONNX", _onnx_panel(backend)),
         ("Sessions", _tables.frame_html(_tables.sessions_frame(backend))),
-        ("Timings", _timings_panel(backend)),
+        ("Timings", _fragments.timings_html(backend)),
     ]
     if subject.diff is not None:
         from ortlab.views import numerics
