@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import html.parser
-
 import pytest
+from test_views_helpers import parse
 
 from ortlab import _demo, cli, zoo
 
@@ -28,9 +27,9 @@ def test_demo_prints_the_table_and_writes_the_report(tmp_path, capsys):
     assert [r[0] for r in rows] == ["mlp", "custom_op"]
     assert all("yes" in r for r in rows)
     assert f"report: {report}" in out
-    parser = html.parser.HTMLParser()
-    parser.feed(report.read_text(encoding="utf-8"))
-    assert "custom_op" in report.read_text(encoding="utf-8")
+    parsed = parse(report.read_text(encoding="utf-8"))
+    assert {"table", "svg"} <= {tag for tag, _ in parsed.tags}
+    assert "custom_op" in "".join(parsed.text)
 
 
 def test_demo_row_counts_come_from_the_records():

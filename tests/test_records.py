@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import html.parser
-
 import torch
+from test_views_helpers import parse
 
 import ortlab
 from ortlab import zoo
-
-
-class _Collector(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tags: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def _parse(markup: str) -> _Collector:
-    parser = _Collector()
-    parser.feed(markup)
-    parser.close()
-    return parser
 
 
 def _compiled_custom_op():
@@ -63,9 +42,10 @@ def test_html_is_escaped_and_well_formed():
         backend.sessions[0]._repr_html_(),
         getitem._repr_html_(),
     ):
-        parsed = _parse(markup)
-        assert "built-in" not in "".join(parsed.tags)
-        assert set(parsed.tags) <= {
+        parsed = parse(markup)
+        tags = [tag for tag, _ in parsed.tags]
+        assert "built-in" not in "".join(tags)
+        assert set(tags) <= {
             "div",
             "b",
             "table",

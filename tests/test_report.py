@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import html.parser
 import importlib.util
 import re
 
 import pytest
 import torch
-from test_views_helpers import compile_zoo
+from test_views_helpers import compile_zoo, parse
 
 import ortlab
 from ortlab import views, zoo
@@ -23,26 +22,6 @@ HTML_TAGS = {
     "code", "br", "script",
 }  # fmt: skip
 SVG_TAGS = {"svg", "g", "polygon", "ellipse", "path", "text", "polyline", "defs"}
-
-
-class _Collector(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def parse(text: str) -> _Collector:
-    collector = _Collector()
-    collector.feed(text)
-    collector.close()
-    return collector
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html.parser
 import xml.etree.ElementTree as ET
 
 import torch
@@ -113,3 +114,23 @@ def synthetic_graph_record(n_ops: int = 2000, every: int = 50) -> records.GraphR
         partitions=partitions,
         verdicts=verdicts,
     )
+
+
+class _Collector(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(text: str) -> _Collector:
+    collector = _Collector()
+    collector.feed(text)
+    collector.close()
+    return collector
