@@ -452,6 +452,21 @@ class SweepRow:
         }
 
 
+def _tensor_cells(t: TensorDiff) -> tuple[Any, ...]:
+    """Name, shape, dtype, verdict and the four error statistics of one compared tensor
+    (shared by the text and HTML tables)."""
+    return (
+        t.name,
+        "x".join(map(str, t.shape)) or "scalar",
+        t.dtype,
+        "pass" if t.passed else "FAIL",
+        _fmt(t.max_abs_error),
+        _fmt(t.mean_abs_error),
+        _fmt(t.max_rel_error),
+        _fmt(t.p99_abs_error),
+    )
+
+
 @dataclasses.dataclass
 class DiffReport:
     """What :func:`diff` found: outputs, gradients, partitions, first divergent node.
@@ -556,18 +571,7 @@ class DiffReport:
         parts = [f"DiffReport({self.summary()})"]
         heads = ("name", "shape", "dtype", "passed", "max_abs", "mean_abs", "max_rel", "p99")
         rows: list[tuple[str, ...]] = [
-            (
-                t.name,
-                "x".join(map(str, t.shape)) or "scalar",
-                t.dtype,
-                "pass" if t.passed else "FAIL",
-                _fmt(t.max_abs_error),
-                _fmt(t.mean_abs_error),
-                _fmt(t.max_rel_error),
-                _fmt(t.p99_abs_error),
-                t.nonfinite,
-            )
-            for t in (*self.outputs, *self.gradients)
+            (*_tensor_cells(t), t.nonfinite) for t in (*self.outputs, *self.gradients)
         ]
         if rows:
             if not any(r[-1] for r in rows):
@@ -618,14 +622,7 @@ class DiffReport:
             [
                 (
                     kind,
-                    t.name,
-                    "x".join(map(str, t.shape)) or "scalar",
-                    t.dtype,
-                    "pass" if t.passed else "FAIL",
-                    _fmt(t.max_abs_error),
-                    _fmt(t.mean_abs_error),
-                    _fmt(t.max_rel_error),
-                    _fmt(t.p99_abs_error),
+                    *_tensor_cells(t),
                     f"{t.mismatched}/{t.numel}",
                     f"{t.nan_eager}/{t.nan_ort}",
                     f"{t.inf_eager}/{t.inf_ort}",
