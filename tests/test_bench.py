@@ -113,12 +113,13 @@ def test_bench_training_of_a_function_differentiates_its_inputs():
     def scaled_tanh(x):
         return torch.tanh(x) * 3
 
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
     result = ortlab.bench(scaled_tanh, x, backends=("eager", "ortlab"), training=True, **FAST)
 
     assert result.name == "scaled_tanh"
     assert (result.frame["error"] == "").all(), result.frame["error"].tolist()
-    assert result.row("ortlab")["max_abs_diff"] <= 1e-6
+    # float32 tanh in ORT vs ATen: ~1e-6 apart on outputs up to 3 (seen 1.1e-6 unseeded)
+    assert result.row("ortlab")["max_abs_diff"] <= 1e-5
     assert x.grad is None and not x.requires_grad
 
 
