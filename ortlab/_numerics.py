@@ -82,6 +82,7 @@ import torch.utils._pytree as pytree
 
 import ortlab.backend
 from ortlab import _deps, _html, errors
+from ortlab.backend import records
 
 if TYPE_CHECKING:
     import onnx
@@ -117,7 +118,7 @@ _DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 _SAMPLE_SIZE = 20_000
 """Elements kept per output for histograms and scatter plots (an even stride)."""
 
-_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+_FX_NODE_KEY = records.FX_NODE_KEY
 _FX_NODE_NAME = re.compile(r"^%([^\s:]+)\s*:")
 
 _OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")

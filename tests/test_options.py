@@ -42,6 +42,10 @@ def test_unknown_dict_key_names_the_valid_options():
         ({"pre_ort_model_transforms": [1]}, "not callable"),
         ({"ort_session_options": {"threads": 1}}, "SessionOptions"),
         ({"dump_path": 3}, "dump_path"),
+        ({"opset_version": 17}, "opset_version"),
+        ({"opset_version": 24}, "from 18 to 23"),
+        ({"opset_version": "20"}, "opset_version"),
+        ({"opset_version": True}, "opset_version"),
     ],
 )
 def test_bad_option_values_are_clear_errors(kwargs, needle):

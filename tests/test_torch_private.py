@@ -22,6 +22,33 @@ def test_registry_knows_core_ops_and_python_callables():
     assert _torch_private.onnx_registry() is registry  # built once per process
 
 
+def test_opset_bounds_match_the_exporter():
+    from torch.onnx import _constants
+
+    from ortlab.backend import _options
+
+    assert _torch_private.default_opset() == _constants.ONNX_DEFAULT_OPSET
+    assert _options.MAX_OPSET == _constants.ONNX_MAX_OPSET
+    assert _options.MIN_OPSET <= _torch_private.default_opset() <= _options.MAX_OPSET
+    # None and the default opset share one registry (built once).
+    assert _torch_private.onnx_registry(_constants.ONNX_DEFAULT_OPSET) is (
+        _torch_private.onnx_registry()
+    )
+
+
+@pytest.mark.parametrize(("opset", "gelu_ops"), [(18, {"Erf"}), (20, {"Gelu"})])
+def test_translation_targets_the_requested_opset(opset, gelu_ops):
+    gm = make_fx(torch.nn.functional.gelu, tracing_mode="symbolic")(torch.randn(3, 4))
+    import onnx_ir as ir
+
+    proto = ir.serde.serialize_model(
+        _torch_private.translate_fx_graph(gm, name="g", opset_version=opset)
+    )
+    onnx.checker.check_model(proto, full_check=True)
+    assert {o.version for o in proto.opset_import if o.domain == ""} == {opset}
+    assert gelu_ops <= {n.op_type for n in proto.graph.node}
+
+
 def test_decomposition_table_keeps_registered_ops_whole():
     table = _torch_private.onnx_friendly_decompositions()
     assert torch.ops.aten.gelu.default not in table

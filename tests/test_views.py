@@ -22,6 +22,7 @@ from test_views_helpers import (
 
 import ortlab
 from ortlab import views, zoo
+from ortlab.backend import records
 from ortlab.views import _dot, _graphs, _inspector
 
 needs_dot = pytest.mark.skipif(
@@ -198,9 +199,19 @@ def test_provenance_links_each_partition_node_to_the_onnx_nodes_it_became(infere
         assert set(prov.fx_to_onnx) == set(p.node_names)
         for fx_name, indices in prov.fx_to_onnx.items():
             for i in indices:
-                assert prov.fx_node_of(i) == fx_name
                 meta = {m.key: m.value for m in session.model.graph.node[i].metadata_props}
-                assert meta["pkg.torch.onnx.fx_node"].startswith(f"%{fx_name} ")
+                if prov.fx_node_of(i) == fx_name:
+                    assert meta[records.FX_NODE_KEY].startswith(f"%{fx_name} ")
+                else:  # folded into another FX node's ONNX node (weight t -> Gemm transB)
+                    assert fx_name in meta[records.FOLDED_FX_NODES_KEY].split(",")
+                    assert session.model.graph.node[i].op_type == "Gemm"
+    folded = [
+        node
+        for p in inference.partitions
+        for node in p.sessions[0].model.graph.node
+        if any(m.key == records.FOLDED_FX_NODES_KEY for m in node.metadata_props)
+    ]
+    assert folded, "the zoo MLP's weight transposes should be folded into Gemm"
 
 
 @needs_dot

@@ -86,7 +86,9 @@ class OrtBackend:
                     inference_compiler=functools.partial(
                         self._compile_boxed, kind="inference"
                     ),
-                    decompositions=_torch_private.onnx_friendly_decompositions(),
+                    decompositions=_torch_private.onnx_friendly_decompositions(
+                        self._options.opset_version
+                    ),
                 )
             return self._aot(graph_module, example_inputs)
         return self._compile_without_autograd(graph_module, example_inputs)
@@ -117,7 +119,7 @@ class OrtBackend:
         work = _export.copy_graph_module(graph_module)
         forced = _support.input_alias_outputs(work) if keep_input_aliases else {}
         support = _support.OrtOperatorSupport(
-            _torch_private.onnx_registry(),
+            _torch_private.onnx_registry(self._options.opset_version),
             excluded_ops=self._options.excluded_ops,
             forced_eager=forced,
         )
@@ -265,7 +267,9 @@ class OrtBackend:
         self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> Callable[..., Any]:
         aten = _torch_private.lower_to_aten(
-            graph_module, example_inputs, _torch_private.onnx_friendly_decompositions()
+            graph_module,
+            example_inputs,
+            _torch_private.onnx_friendly_decompositions(self._options.opset_version),
         )
         partitioned = self.compile(
             aten,

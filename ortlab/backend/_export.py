@@ -26,7 +26,7 @@ import torch
 import torch.fx
 
 from ortlab import errors
-from ortlab.backend import _torch_private
+from ortlab.backend import _passes, _torch_private
 
 if TYPE_CHECKING:
     import onnx
@@ -168,6 +168,7 @@ def _translate_direct(
     name: str,
     static_args: Sequence[Any] | None,
     frozen: Mapping[int, torch.Tensor],
+    opset_version: int | None,
     timings: dict[str, float],
 ) -> onnx.ModelProto:
     import onnx_ir as ir
@@ -183,10 +184,11 @@ def _translate_direct(
     timings["type_promotion"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    model = _torch_private.translate_fx_graph(work, name=name)
+    model = _torch_private.translate_fx_graph(work, name=name, opset_version=opset_version)
     if frozen:
         _freeze_inputs(model, frozen)
     RemoveUnusedNodesPass()(model)
+    _passes.fold_transpose_into_gemm(model)
     timings["translate"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -196,7 +198,10 @@ def _translate_direct(
 
 
 def _export_retrace(
-    gm: torch.fx.GraphModule, args: Sequence[Any], timings: dict[str, float]
+    gm: torch.fx.GraphModule,
+    args: Sequence[Any],
+    opset_version: int | None,
+    timings: dict[str, float],
 ) -> onnx.ModelProto:
     """Public-API fallback: re-trace the partition with the call's concrete inputs."""
     if not all(isinstance(a, torch.Tensor) for a in args):
@@ -209,7 +214,14 @@ def _export_retrace(
 
     def run() -> Any:
         with _torch_private.quiet_exporter():
-            return torch.onnx.export(work, example, dynamo=True, verbose=False, optimize=False)
+            return torch.onnx.export(
+                work,
+                example,
+                dynamo=True,
+                verbose=False,
+                optimize=False,
+                opset_version=opset_version or _torch_private.default_opset(),
+            )
 
     # A partition's first call runs inside AOTAutograd's runtime, whose thread-local
     # dispatch state (Python/ADInplaceOrView keys) breaks torch.export's functionalization.
@@ -231,6 +243,7 @@ def export_partition(
     static: bool,
     frozen: Mapping[int, torch.Tensor],
     transforms: Sequence[Callable[[onnx.ModelProto], None]],
+    opset_version: int | None = None,
 ) -> ExportedModel:
     """Exports one partition for the input schema of ``args``.
 
@@ -241,6 +254,7 @@ def export_partition(
         static: Export concrete shapes instead of Dynamo's symbols.
         frozen: Placeholder positions to bake in as initializers, with their tensors.
         transforms: ``pre_ort_model_transforms``, applied in order.
+        opset_version: ONNX opset to export with; ``None`` is the exporter's default.
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -257,6 +271,7 @@ def export_partition(
                 name=name,
                 static_args=args if static else None,
                 frozen=frozen,
+                opset_version=opset_version,
                 timings=timings,
             )
         except Exception as e:
@@ -266,7 +281,7 @@ def export_partition(
         try:
             if frozen:
                 raise errors.ExportError("frozen parameters need the direct translation")
-            proto = _export_retrace(gm, args, timings)
+            proto = _export_retrace(gm, args, opset_version, timings)
         except Exception as e:
             why = direct_error or _torch_private.DIRECT_TRANSLATION_ERROR
             raise errors.ExportError(

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 from ortlab import errors
 
+MIN_OPSET = 18
+"""Oldest opset torchlib's translations exist for (``TORCHLIB_OPSET`` in the exporter)."""
+MAX_OPSET = 23
+"""Newest opset the exporter targets (``torch.onnx._constants.ONNX_MAX_OPSET``)."""
+
 if TYPE_CHECKING:
     import onnx
     import onnxruntime
@@ -116,6 +121,12 @@ class OrtBackendOptions:
     only activations. A frozen tensor that changes afterwards (in place or replaced) makes
     the partition re-export on its next call."""
 
+    opset_version: int | None = None
+    """ONNX opset the partitions are exported with. ``None``: the exporter's default (that
+    of ``torch.onnx.export``, 20 on torch 2.13), whose translations use newer fused ops
+    such as ``Gelu``. Lower it (down to 18, the oldest torchlib supports) when the models
+    must load in an older ONNX Runtime."""
+
     def __post_init__(self) -> None:
         for name in ("preferred_execution_providers", "default_execution_providers"):
             object.__setattr__(self, name, _normalize_providers(name, getattr(self, name)))
@@ -129,6 +140,16 @@ class OrtBackendOptions:
             raise errors.UnsupportedOptionError(
                 f"OrtBackendOptions.freeze_parameters must be True or False; "
                 f"got {self.freeze_parameters!r}."
+            )
+        opset = self.opset_version
+        if opset is not None and (
+            isinstance(opset, bool)
+            or not isinstance(opset, int)
+            or not MIN_OPSET <= opset <= MAX_OPSET
+        ):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.opset_version must be None (the exporter's default) or "
+                f"an int from {MIN_OPSET} to {MAX_OPSET}; got {opset!r}."
             )
         if self.dynamic_shapes not in (None, True, False):
             raise errors.UnsupportedOptionError(

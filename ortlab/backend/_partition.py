@@ -164,6 +164,7 @@ class OrtPartitionModule:
             static=static,
             frozen=frozen,
             transforms=options.pre_ort_model_transforms or (),
+            opset_version=options.opset_version,
         )
         proto = exported.proto
         start = time.perf_counter()

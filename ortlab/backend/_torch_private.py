@@ -15,6 +15,8 @@
 #   torch._dynamo.backends.common.aot_autograd                  AOTAutograd as a backend
 #   torch._functorch.partitioners.min_cut_rematerialization_partition
 #   torch._guards.detect_fake_mode / CompileContext             Dynamo's fake mode, compile id
+#   torch.onnx._constants.ONNX_DEFAULT_OPSET                    torch.onnx.export's opset
+#   Tensor._dynamo_static_input_type                            Dynamo's mark on module state
 #
 # When an import or signature check fails, ``DIRECT_TRANSLATION_ERROR`` says why and the
 # exporter falls back to the public ``torch.onnx.export(..., dynamo=True)`` path.
@@ -59,21 +61,36 @@ DIRECT_TRANSLATION_ERROR: str | None = _check_direct_translation()
 """Why the direct FX→ONNX translation is unavailable on this torch, or ``None``."""
 
 
+def default_opset() -> int:
+    """The opset ``torch.onnx.export`` targets by default (20 on torch 2.13)."""
+    from torch.onnx import _constants
+
+    return int(_constants.ONNX_DEFAULT_OPSET)
+
+
 @functools.cache
-def onnx_registry() -> Any:
-    """The exporter's op registry built from onnxscript's torchlib (~2 s, once a process)."""
+def onnx_registry(opset_version: int | None = None) -> Any:
+    """The exporter's op registry built from onnxscript's torchlib for an opset (~2 s,
+    once per process and opset). For each op it keeps the translation introduced last at
+    or below the opset (e.g. ``aten.gelu`` becomes ONNX ``Gelu`` from opset 20)."""
     from torch.onnx._internal.exporter import _registration
 
+    if opset_version is None:
+        return onnx_registry(default_opset())
     with quiet_exporter():  # "torchvision is not installed. Skipping torchvision::nms"
-        return _registration.ONNXRegistry.from_torchlib()
+        return _registration.ONNXRegistry.from_torchlib(opset_version=opset_version)
 
 
 @functools.cache
-def onnx_friendly_decompositions() -> dict[Any, Callable[..., Any]]:
+def onnx_friendly_decompositions(
+    opset_version: int | None = None,
+) -> dict[Any, Callable[..., Any]]:
     """Decompositions that keep ops with an ONNX translation whole (for AOTAutograd)."""
     from torch.onnx._internal.exporter import _decomp
 
-    registry = onnx_registry()
+    if opset_version is None:
+        return onnx_friendly_decompositions(default_opset())
+    registry = onnx_registry(opset_version)
     return _decomp.create_onnx_friendly_decomposition_table(
         set(_decomp.get_onnx_implemented_overloads(registry))
     )
@@ -122,13 +139,19 @@ def quiet_exporter() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def translate_fx_graph(graph_module: torch.fx.GraphModule, *, name: str) -> ir.Model:
+def translate_fx_graph(
+    graph_module: torch.fx.GraphModule, *, name: str, opset_version: int | None = None
+) -> ir.Model:
     """Translates an ATen-level FX graph to an ``onnx_ir.Model`` node by node.
 
     Shapes and dtypes come from each node's ``meta["val"]``; Dynamo's symbols become
-    ``dim_param``s and SymInt placeholders become INT64 scalar inputs.
+    ``dim_param``s and SymInt placeholders become INT64 scalar inputs. As in
+    ``torch.onnx.export``, torchlib's translations are written for its base opset (18)
+    and the model is then converted to the target opset (the registry picks newer
+    translations, such as ``Gelu``, where the target has them).
     """
     import onnx_ir as ir
+    from onnxscript import version_converter
     from torch.onnx._internal.exporter import _constants, _core, _ir_passes
 
     model = ir.Model(
@@ -144,9 +167,12 @@ def translate_fx_graph(graph_module: torch.fx.GraphModule, *, name: str) -> ir.M
             graph_like=model.graph,
             owned_graphs={},
             lower="at_conversion",
-            registry=onnx_registry(),
+            registry=onnx_registry(opset_version),
         )
     _ir_passes.add_opset_imports(model)
+    target = default_opset() if opset_version is None else opset_version
+    if model.opset_imports.get("", target) != target:
+        version_converter.convert_version(model, target, fallback=True)
     return model
 
 

@@ -31,6 +31,13 @@ SESSION_STEPS = (
 )
 TIMING_STEPS = GRAPH_STEPS + SESSION_STEPS
 
+FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+"""ONNX node metadata set by the exporter: the FX node (its text, ``%name : ...``) the
+ONNX node was translated from."""
+FOLDED_FX_NODES_KEY = "ortlab.folded_fx_nodes"
+"""ONNX node metadata set by ortlab: comma-separated names of FX nodes whose ONNX nodes
+were folded into this one (a weight ``Transpose`` absorbed by ``Gemm``'s ``transB``)."""
+
 
 @dataclasses.dataclass
 class Verdict:

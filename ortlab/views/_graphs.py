@@ -28,13 +28,12 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ortlab.backend import records
 from ortlab.views import _dot
 
 if TYPE_CHECKING:
     import onnx
     import torch.fx
-
-    from ortlab.backend import records
 
 DEFAULT_MAX_NODES = 300
 """Graphs with more nodes than this are drawn with partitions collapsed."""
@@ -42,7 +41,7 @@ DEFAULT_MAX_NODES = 300
 MAX_DRAWN_NODES = 1500
 """A partition or ONNX graph larger than this is not laid out; a table stands in."""
 
-FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+FX_NODE_KEY = records.FX_NODE_KEY
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 # Pastel fills for partitions, cycled; red tones are kept for eager nodes.
@@ -674,6 +673,9 @@ def provenance(session: records.SessionRecord) -> Provenance:
         if name:
             fx_to_onnx[name].append(i)
             onnx_to_fx[i] = name
+        # FX nodes whose ONNX nodes ortlab folded into this one (Transpose -> Gemm).
+        for folded in filter(None, _metadata(node, records.FOLDED_FX_NODES_KEY).split(",")):
+            fx_to_onnx[folded].append(i)
     return Provenance({k: tuple(v) for k, v in fx_to_onnx.items()}, onnx_to_fx)
 
 
