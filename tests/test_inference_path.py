@@ -78,18 +78,19 @@ def test_function_that_enables_grad_inside_uses_aot_autograd():
 
 
 @pytest.mark.parametrize("dynamic", [True, False])
-def test_frozen_parameters_become_initializers(dynamic):
+def test_frozen_parameters_and_buffers_become_initializers(dynamic):
     model = Net()
     compiled = ortlab.compile(copy.deepcopy(model), dynamic=dynamic, freeze_parameters=True)
     x = torch.randn(6, 8)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
     (session,) = compiled.ortlab_backend.sessions
-    # fc1.weight, fc1.bias, fc2.weight, fc2.bias are baked in; the buffer and x are not.
-    assert len(session.frozen_inputs) == 4
+    # fc1.weight, fc1.bias, fc2.weight, fc2.bias and the buffer are baked in; x is not.
+    assert len(session.frozen_inputs) == 5
     initializers = {i.name for i in session.model.graph.initializer}
     assert set(session.frozen_inputs) <= initializers
-    assert len(session.input_names) == 2
+    assert session.input_names == (session.input_names[0],)
+    assert session.input_value_infos[0].type.tensor_type.elem_type == 1  # x, float32
 
 
 def test_frozen_parameter_changed_in_place_triggers_a_re_export():
@@ -104,6 +105,18 @@ def test_frozen_parameter_changed_in_place_triggers_a_re_export():
     assert not torch.allclose(before, after)
     sessions = compiled.ortlab_backend.sessions
     assert len(sessions) == 2 and [s.run_count for s in sessions] == [1, 1]
+    # The session built on the old weight can never match again: it is retired.
+    assert [s.active for s in sessions] == [False, True]
+
+
+def test_frozen_buffer_changed_in_place_triggers_a_re_export():
+    model = Net()
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x)
+        model.offset.add_(10.0)
+        torch.testing.assert_close(compiled(x), model(x))
 
 
 def test_frozen_parameter_replaced_triggers_a_re_export():
@@ -114,6 +127,42 @@ def test_frozen_parameter_replaced_triggers_a_re_export():
         compiled(x)
         model.fc1.weight = nn.Parameter(torch.zeros_like(model.fc1.weight))
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_frozen_parameter_whose_data_is_swapped_triggers_a_re_export():
+    model = Net()
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x)
+        model.fc1.weight.data = torch.zeros_like(model.fc1.weight)  # same Parameter object
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(compiled.ortlab_backend.sessions) == 2
+
+
+def test_a_frozen_tensor_that_keeps_changing_is_passed_as_an_input():
+    model = Net()
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    backend = compiled.ortlab_backend
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x)
+        model.fc2.bias.add_(1.0)
+        compiled(x)  # first change: re-exported, still frozen
+        assert len(backend.sessions) == 2 and not backend.partitions[0].thawed_inputs
+        model.fc2.bias.add_(1.0)
+        with pytest.warns(RuntimeWarning, match="passed as an input"):
+            torch.testing.assert_close(compiled(x), model(x))
+        (partition,) = backend.partitions
+        (thawed,) = partition.thawed_inputs
+        session = backend.sessions[-1]
+        assert thawed in session.input_names and thawed not in session.frozen_inputs
+        assert len(session.frozen_inputs) == 4  # the others stay frozen
+        for _ in range(3):  # further changes need no export
+            model.fc2.bias.add_(1.0)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert len(backend.sessions) == 3
+    assert "no longer frozen" in partition._repr_html_()
 
 
 def test_freezing_does_not_apply_to_training_graphs():

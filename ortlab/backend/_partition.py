@@ -23,7 +23,7 @@ import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from ortlab.backend import _export, _runtime, _session, records
+from ortlab.backend import _export, _runtime, _session, _torch_private, records
 
 if TYPE_CHECKING:
     from ortlab.backend._backend import OrtBackend
@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 
 MAX_SESSIONS_PER_PARTITION = 8
 """Sessions kept per partition; the oldest is evicted (its record stays, inactive)."""
+
+FREEZE_CHANGE_LIMIT = 2
+"""With ``freeze_parameters``, a frozen tensor that changes this many times is no longer
+frozen: from then on it is passed as an input (each change costs an export)."""
 
 
 def partition_graph(
@@ -90,6 +94,9 @@ class OrtPartitionModule:
         self._runners: list[_runtime.OrtRunner] = []
         self._last: _runtime.OrtRunner | None = None
         self._failed = False
+        # Frozen placeholder position -> times its tensor changed after being frozen.
+        self._freeze_changes: dict[int, int] = {}
+        self._thawed: set[int] = set()
         placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
         self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
         self._output_fx_values, self._single = _output_values(eager)
@@ -135,6 +142,7 @@ class OrtPartitionModule:
             if runner.matches(args):
                 self._last = runner
                 return runner
+        self._retire_stale(args)
         try:
             runner = self._create(args)
         except Exception as e:
@@ -149,7 +157,43 @@ class OrtPartitionModule:
     def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
         if not (self._allow_freeze and self._backend.options.freeze_parameters):
             return {}
-        return {i: a for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
+        return {
+            i: a
+            for i, a in enumerate(args)
+            if i not in self._thawed and _torch_private.is_module_state(a)
+        }
+
+    def _retire_stale(self, args: Sequence[Any]) -> None:
+        """Drops sessions whose frozen tensors changed in place or were replaced by the
+        tensors of this call (they can never match again), counting each change; a
+        position that reached FREEZE_CHANGE_LIMIT changes is thawed (passed as input)."""
+        keep = []
+        for runner in self._runners:
+            changed = runner.stale_frozen(args)
+            if not changed:
+                keep.append(runner)
+                continue
+            runner.record.active = False
+            for index in changed:
+                count = self._freeze_changes[index] = self._freeze_changes.get(index, 0) + 1
+                if count >= FREEZE_CHANGE_LIMIT and index not in self._thawed:
+                    self._thaw(index)
+        self._runners = keep
+        self._last = None
+
+    def _thaw(self, index: int) -> None:
+        self._thawed.add(index)
+        name = self.record.input_names[index]
+        self.record.thawed_inputs = (*self.record.thawed_inputs, name)
+        warnings.warn(
+            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
+            f"{self.record.graph_index}: input {name!r} changed {FREEZE_CHANGE_LIMIT} times "
+            "after being frozen, so it is passed as an input from now on instead of being "
+            "re-exported on every change (freeze_parameters pays off for weights that stay "
+            "fixed).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
     def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
         backend = self._backend

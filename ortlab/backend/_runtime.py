@@ -137,7 +137,9 @@ class OrtRunner:
         self.input_names = tuple(i.name for i in proto.graph.input)
         self.output_names = tuple(o.name for o in proto.graph.output)
         self.frozen = frozen
-        self.frozen_versions = {i: t._version for i, t in frozen.items()}
+        # What a frozen tensor must still have for this session to serve it: its version
+        # (in-place writes) and data pointer (``param.data = ...`` swaps the storage).
+        self.frozen_state = {i: (t._version, t.data_ptr()) for i, t in frozen.items()}
         # Positions (among the partition's placeholders) that are ONNX inputs.
         self.slots = tuple(i for i in range(len(input_fx_values)) if i not in frozen)
         if len(self.slots) != len(self.input_names):
@@ -204,14 +206,22 @@ class OrtRunner:
 
     def matches(self, args: Sequence[Any]) -> bool:
         """Whether this session serves these partition arguments (its input schema)."""
-        for index, tensor in self.frozen.items():
-            arg = args[index]
-            if arg is not tensor or arg._version != self.frozen_versions[index]:
-                return False
+        if self.frozen and self.stale_frozen(args):
+            return False
         for spec, slot in zip(self.specs, self.slots):
             if not spec.matches(args[slot]):
                 return False
         return True
+
+    def stale_frozen(self, args: Sequence[Any]) -> tuple[int, ...]:
+        """Frozen positions whose tensor in ``args`` is the frozen one changed in place, or
+        another tensor: this session will never serve those arguments again."""
+        return tuple(
+            index
+            for index, tensor in self.frozen.items()
+            if args[index] is not tensor
+            or (tensor._version, tensor.data_ptr()) != self.frozen_state[index]
+        )
 
     def _device(self, device: torch.device) -> Any:
         d = self._device_cache.get(device)

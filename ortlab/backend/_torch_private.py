@@ -210,6 +210,20 @@ def aot_autograd_backend(
     )
 
 
+def is_module_state(value: Any) -> bool:
+    """Whether ``value`` is a parameter or buffer of an ``nn.Module`` Dynamo traced.
+
+    Dynamo marks those tensors with ``_dynamo_static_input_type`` (``mark_static_address``,
+    done for module state when ``inline_inbuilt_nn_modules`` is on, torch's default);
+    ``nn.Parameter`` is checked as well for graphs that bypass that marking.
+    """
+    if isinstance(value, torch.nn.Parameter):
+        return True
+    return isinstance(value, torch.Tensor) and (
+        getattr(value, "_dynamo_static_input_type", None) is not None
+    )
+
+
 def make_boxed(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Marks ``fn(list_of_args)`` as taking boxed arguments, as AOTAutograd expects."""
     from torch._functorch.aot_autograd import make_boxed_func

@@ -173,6 +173,9 @@ class PartitionRecord:
     """Calls that ran in PyTorch instead (after a failure, or when autograd needed it)."""
     error: str | None = None
     """Why this partition runs in PyTorch, when it does (export/transform/session failure)."""
+    thawed_inputs: tuple[str, ...] = ()
+    """Placeholders ``freeze_parameters`` stopped freezing because their tensor kept
+    changing; they are passed to ONNX Runtime as inputs."""
 
     @property
     def state(self) -> str:
@@ -207,6 +210,8 @@ class PartitionRecord:
             ("sessions", len(self.sessions)),
             ("runs (ORT / eager)", f"{self.run_count} / {self.eager_run_count}"),
         ]
+        if self.thawed_inputs:
+            rows.append(("no longer frozen", ", ".join(self.thawed_inputs)))
         if self.error:
             rows.append(("error", self.error))
         sessions = "".join(s._repr_html_() for s in self.sessions)
