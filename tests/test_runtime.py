@@ -282,3 +282,26 @@ def test_a_failed_partition_deactivates_its_sessions():
     partition = backend.partitions[0]
     assert partition.state == "eager"
     assert not any(s.active for s in partition.sessions)
+
+
+def test_scalar_inputs_reuse_cached_tensors_without_mixing_values():
+    import onnx
+
+    from ortlab.backend import _runtime
+
+    def spec(elem_type):
+        vi = onnx.helper.make_tensor_value_info("s", elem_type, [])
+        return _runtime._InputSpec(vi, 0, 0)
+
+    ints = spec(onnx.TensorProto.INT64)
+    first = ints.convert(8)
+    assert ints.convert(8) is first and first.item() == 8 and first.dtype == torch.int64
+    assert ints.convert(9).item() == 9
+    bools = spec(onnx.TensorProto.BOOL)
+    assert bools.convert(True).item() is True and bools.convert(1).dtype == torch.bool
+    for n in range(200):  # bounded: the cache is cleared, values stay right
+        assert ints.convert(n).item() == n
+    assert len(ints._scalars) <= _runtime._MAX_CACHED_SCALARS
+    floats = spec(onnx.TensorProto.FLOAT)
+    assert floats.convert(0.0).item() == 0.0
+    assert torch.signbit(floats.convert(-0.0))  # floats are never served from a cache

@@ -71,10 +71,13 @@ def _ort_device(device: torch.device) -> Any:
     return C.OrtDevice(kind, C.OrtDevice.default_memory(), device.index or 0)
 
 
+_MAX_CACHED_SCALARS = 64
+
+
 class _InputSpec:
     """What one ONNX input expects, and how to check/convert an argument for it."""
 
-    __slots__ = ("device", "dims", "dtype", "is_scalar_fx", "np_dtype", "rank")
+    __slots__ = ("_scalars", "device", "dims", "dtype", "is_scalar_fx", "np_dtype", "rank")
 
     def __init__(self, value_info: onnx.ValueInfoProto, fx_value: Any, arg: Any) -> None:
         tensor_type = value_info.type.tensor_type
@@ -87,6 +90,10 @@ class _InputSpec:
         self.is_scalar_fx = not isinstance(fx_value, torch.Tensor)
         # A session is bound to the devices of the inputs it was created for.
         self.device = arg.device if isinstance(arg, torch.Tensor) else torch.device("cpu")
+        # 0-d tensors for Python ints and bools (SymInt sizes such as the batch size)
+        # seen before: torch.tensor(int) costs ~30-40 us a call, a dict lookup well under 1 us.
+        # ORT never writes to its inputs, so sharing them between calls is safe.
+        self._scalars: dict[tuple[type, Any], torch.Tensor] = {}
 
     def matches(self, arg: Any) -> bool:
         if isinstance(arg, torch.Tensor):
@@ -112,7 +119,15 @@ class _InputSpec:
             if self.rank == 0 and arg.dim() == 1:
                 arg = arg.reshape(())
             return arg if arg.is_contiguous() else arg.contiguous()
-        return torch.tensor(arg, dtype=self.dtype)
+        if isinstance(arg, float):  # not cached: -0.0 == 0.0 and nan != nan as dict keys
+            return torch.tensor(arg, dtype=self.dtype)
+        key = (type(arg), arg)
+        tensor = self._scalars.get(key)
+        if tensor is None:
+            if len(self._scalars) >= _MAX_CACHED_SCALARS:
+                self._scalars.clear()
+            tensor = self._scalars[key] = torch.tensor(arg, dtype=self.dtype)
+        return tensor
 
 
 class OrtRunner:
