@@ -223,6 +223,7 @@ def bench(
     min_time: float = 1.0,
     min_iters: int = 5,
     max_iters: int = 10_000,
+    interleave: bool = True,
     threads: int | None = None,
     training: bool = False,
     no_grad: bool = True,
@@ -258,6 +259,10 @@ def bench(
         min_time: Seconds of timed calls per backend when ``iters`` is ``None``.
         min_iters: Least number of timed calls when ``iters`` is ``None``.
         max_iters: Most timed calls when ``iters`` is ``None``.
+        interleave: Time the backends in rounds of short blocks of calls, in rotating
+            order, so that a change of machine load during the run reaches every
+            backend alike (the first call of each block is run but not timed: it pays
+            for the switch from another backend). ``False``: one backend after another.
         threads: torch intra-op threads for the run (ONNX Runtime gets the same);
             ``None`` keeps the current setting. Restored afterwards.
         training: Time forward + backward (loss = sum of the outputs) instead of forward.
@@ -297,7 +302,7 @@ def bench(
             fn,
             args,
             backends=backends,
-            timing=_Timing(warmup, iters, min_time, min_iters, max_iters),
+            timing=_Timing(warmup, iters, min_time, min_iters, max_iters, interleave),
             threads=threads,
             training=training,
             no_grad=no_grad,
@@ -319,6 +324,18 @@ class _Timing:
     min_time: float
     min_iters: int
     max_iters: int
+    interleave: bool = True
+
+    def done(self, samples: Sequence[float]) -> bool:
+        """Whether a backend with these timed samples has enough."""
+        n = len(samples)
+        if self.iters is not None:
+            return n >= self.iters
+        return n >= self.max_iters or (n >= self.min_iters and sum(samples) >= self.min_time)
+
+    def wanted(self, samples: Sequence[float]) -> int:
+        """How many more timed calls a backend may need (an upper bound)."""
+        return (self.iters if self.iters is not None else self.max_iters) - len(samples)
 
 
 @dataclasses.dataclass
@@ -357,24 +374,31 @@ def _bench(
         # Taken before the runs, so that the load average is that of everything else.
         machine = machine_facts()
         runs: list[_Run] = []
+        steps: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {}
         for backend in backends:
             if bar is not None:
                 bar.set_description(f"{name}: {backend}")
-            runs.append(
-                _run_backend(
-                    backend,
-                    fn,
-                    args,
-                    timing=timing,
-                    training=training,
-                    no_grad=no_grad,
-                    eval_mode=eval_mode,
-                    dynamic=dynamic,
-                    ortlab_options=ortlab_options,
-                )
+            run, step = _start_backend(
+                backend,
+                fn,
+                args,
+                timing=timing,
+                training=training,
+                no_grad=no_grad,
+                eval_mode=eval_mode,
+                dynamic=dynamic,
+                ortlab_options=ortlab_options,
             )
+            runs.append(run)
+            if step is not None:
+                steps[backend] = step
             if bar is not None:
                 bar.update(1)
+        if bar is not None:
+            bar.set_description(f"{name}: timing")
+        _time_backends(runs, steps, timing, no_grad=no_grad and not training)
+        if bar is not None:
+            bar.update(1)
     finally:
         torch.set_num_threads(old_threads)
     settings = {
@@ -383,6 +407,7 @@ def _bench(
         "min_time_s": timing.min_time,
         "min_iters": timing.min_iters,
         "max_iters": timing.max_iters,
+        "interleave": timing.interleave,
         "threads": machine["torch_threads"],
         "training": training,
         "no_grad": no_grad and not training,
@@ -457,7 +482,7 @@ def _max_abs_diff(run: _Run, ref: _Run | None) -> float:
 # --- one backend ---------------------------------------------------------------------------
 
 
-def _run_backend(
+def _start_backend(
     backend: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -468,7 +493,9 @@ def _run_backend(
     eval_mode: bool,
     dynamic: bool | None,
     ortlab_options: dict[str, Any],
-) -> _Run:
+) -> tuple[_Run, tuple[Callable[[], Any], Callable[[], None]] | None]:
+    """Builds one backend, times its first call and warms it up; returns its run and the
+    ``(step, sync)`` to time (``None`` when it failed: the run carries the error)."""
     run = _Run(backend)
     try:
         target = _prepare_target(fn, eval_mode=eval_mode)
@@ -491,15 +518,92 @@ def _run_backend(
             run.outputs = step()
             sync()
             run.first_call_s = time.perf_counter() - start
-            run.samples = _time_steady(step, sync, timing)
-        if ortlab_backend is not None:
-            run.ortlab_backend = ortlab_backend
-            run.summary = ortlab_backend.summary()
+            for _ in range(timing.warmup):
+                step()
+            sync()
+        run.ortlab_backend = ortlab_backend
     except Exception as e:  # one backend's failure is a row, never a crash
-        logger.debug("bench: backend %r failed", backend, exc_info=True)
-        run.error = f"{type(e).__name__}: {_first_line(e)}"
-        run.samples = []
-    return run
+        _record_failure(run, e)
+        return run, None
+    return run, (step, sync)
+
+
+def _record_failure(run: _Run, error: Exception) -> None:
+    logger.debug("bench: backend %r failed", run.backend, exc_info=True)
+    run.error = f"{type(error).__name__}: {_first_line(error)}"
+    run.samples = []
+
+
+def _time_backends(
+    runs: Sequence[_Run],
+    steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]],
+    timing: _Timing,
+    *,
+    no_grad: bool,
+) -> None:
+    """Times every backend that started, one after another or in interleaved rounds; a
+    backend that fails while being timed becomes an error row."""
+    by_name = {run.backend: run for run in runs}
+    pending = list(steps)
+    grad_mode = torch.no_grad() if no_grad else contextlib.nullcontext()
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection must not land in one backend's samples
+    try:
+        with grad_mode:
+            rounds = 0
+            while pending:
+                # Rotate the order so that no backend always follows the same other one.
+                shift = rounds % len(pending)
+                for name in pending[shift:] + pending[:shift]:
+                    run = by_name[name]
+                    step, sync = steps[name]
+                    try:
+                        _time_block(run.samples, step, sync, timing)
+                    except Exception as e:
+                        _record_failure(run, e)
+                pending = [
+                    n
+                    for n in pending
+                    if by_name[n].error is None and not timing.done(by_name[n].samples)
+                ]
+                rounds += 1
+    finally:
+        if was_enabled:
+            gc.enable()
+    for name in steps:
+        run = by_name[name]
+        if run.ortlab_backend is not None and run.error is None:
+            run.summary = run.ortlab_backend.summary()
+
+
+_BLOCK_SECONDS = 0.05
+"""Interleaved timing: the length of one backend's block of calls in a round."""
+
+
+def _time_block(
+    samples: list[float], step: Callable[[], Any], sync: Callable[[], None], timing: _Timing
+) -> None:
+    """Appends one block of timed calls to ``samples`` (all remaining calls when
+    ``timing.interleave`` is off). In interleaved mode the block's first call is run
+    untimed: it pays for the switch from the previous backend (caches, thread pools)."""
+    if timing.interleave:
+        start = time.perf_counter()
+        step()
+        sync()
+        estimate = max(time.perf_counter() - start, 1e-6)
+        if samples:
+            estimate = statistics.median(samples[-5:])
+        count = max(1, min(int(_BLOCK_SECONDS / estimate), timing.wanted(samples)))
+    else:
+        count = timing.wanted(samples)
+    for _ in range(count):
+        start = time.perf_counter()
+        step()
+        sync()
+        samples.append(time.perf_counter() - start)
+        if not timing.interleave and timing.done(samples):
+            break
 
 
 def _unwrap_compiled(fn: Any) -> Any:
@@ -629,36 +733,6 @@ def _make_step(
 
 def _parameters(target: Any) -> list[torch.Tensor]:
     return list(target.parameters()) if isinstance(target, torch.nn.Module) else []
-
-
-def _time_steady(
-    step: Callable[[], Any], sync: Callable[[], None], timing: _Timing
-) -> list[float]:
-    for _ in range(timing.warmup):
-        step()
-    sync()
-    samples: list[float] = []
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        deadline = time.perf_counter() + timing.min_time
-        while True:
-            start = time.perf_counter()
-            step()
-            sync()
-            end = time.perf_counter()
-            samples.append(end - start)
-            n = len(samples)
-            if timing.iters is not None:
-                if n >= timing.iters:
-                    break
-            elif n >= timing.max_iters or (n >= timing.min_iters and end >= deadline):
-                break
-    finally:
-        if was_enabled:
-            gc.enable()
-    return samples
 
 
 def _synchronizer(args: tuple[Any, ...]) -> Callable[[], None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -51,13 +52,16 @@ def test_bench_gives_one_row_per_backend_with_consistent_numbers():
 
 def test_bench_records_the_ortlab_backend_it_compiled():
     model, inputs = _mlp()
-    result = ortlab.bench(model, *inputs, backends=("eager", "ortlab"), **FAST)
+    result = ortlab.bench(
+        model, *inputs, backends=("eager", "ortlab"), interleave=False, **FAST
+    )
 
     backend = result.ortlab_backends["ortlab"]
     assert isinstance(backend, ortlab.OrtBackend)
     assert [g.kind for g in backend.graphs] == ["inference"]
     # first call + warm-up + timed calls all ran the partition in ONNX Runtime
     assert backend.execution_count == 1 + FAST["warmup"] + FAST["iters"]
+    assert result.settings["interleave"] is False
 
 
 def test_bench_unknown_backend_becomes_an_error_row_and_others_still_run():
@@ -98,7 +102,10 @@ def test_bench_training_times_forward_and_backward_and_compares_gradients():
     backend = result.ortlab_backends["ortlab"]
     assert [g.kind for g in backend.graphs] == ["forward", "backward"]
     backward = backend.graphs[1]
-    assert sum(p.run_count for p in backward.partitions) == 1 + FAST["warmup"] + FAST["iters"]
+    # Every timed step ran backward in ONNX Runtime (plus the first call, the warm-up
+    # and one untimed switch call per interleaved block).
+    assert result.row("ortlab")["iters"] == FAST["iters"]
+    assert sum(p.run_count for p in backward.partitions) > 1 + FAST["warmup"] + FAST["iters"]
     row = result.row("ortlab")
     assert row["error"] == ""
     # outputs and every parameter's gradient agree with eager's
@@ -135,6 +142,50 @@ def test_bench_sets_threads_records_machine_facts_and_restores_threads():
     assert machine["torch"] == torch.__version__
     for key in ("onnxruntime", "onnx", "onnxscript", "python", "platform"):
         assert machine[key], key
+
+
+def _fake_step(log, name, seconds=0.0, fail_after=None):
+    def step():
+        if fail_after is not None and log.count(name) >= fail_after:
+            raise RuntimeError(f"{name} broke")
+        log.append(name)
+        if seconds:
+            time.sleep(seconds)
+
+    return step, lambda: None
+
+
+def test_interleaved_timing_alternates_backends_in_blocks_and_isolates_failures():
+    log = []
+    runs = [_bench._Run(name) for name in ("a", "b", "c")]
+    steps = {
+        "a": _fake_step(log, "a", seconds=0.004),
+        "b": _fake_step(log, "b", seconds=0.004),
+        "c": _fake_step(log, "c", fail_after=3),
+    }
+    timing = _bench._Timing(warmup=0, iters=30, min_time=0, min_iters=1, max_iters=30)
+    _bench._time_backends(runs, steps, timing, no_grad=True)
+    a, b, c = runs
+    assert len(a.samples) == len(b.samples) == 30 and a.error is b.error is None
+    assert all(s >= 0.003 for s in a.samples)
+    # Blocks of ~50 ms (12 calls of 4 ms) plus one untimed switch call, alternating.
+    first_b, last_a = log.index("b"), len(log) - 1 - log[::-1].index("a")
+    assert first_b < last_a
+    assert 10 <= log.index("b") - log.index("a") <= 14
+    assert c.error == "RuntimeError: c broke" and c.samples == []
+    assert log.count("a") == 30 + 3  # three blocks, each with its switch call
+
+
+def test_sequential_timing_runs_each_backend_to_completion():
+    log = []
+    runs = [_bench._Run("a"), _bench._Run("b")]
+    steps = {"a": _fake_step(log, "a"), "b": _fake_step(log, "b")}
+    timing = _bench._Timing(
+        warmup=0, iters=None, min_time=0.0, min_iters=4, max_iters=4, interleave=False
+    )
+    _bench._time_backends(runs, steps, timing, no_grad=True)
+    assert log == ["a"] * 4 + ["b"] * 4
+    assert [len(r.samples) for r in runs] == [4, 4]
 
 
 def test_bench_with_min_time_stops_between_min_and_max_iters():
