@@ -578,20 +578,28 @@ def _time_backends(
 
 
 _BLOCK_SECONDS = 0.05
-"""Interleaved timing: the length of one backend's block of calls in a round."""
+"""Interleaved timing: the length of one backend's block of timed calls in a round."""
+_SETTLE_SECONDS = 0.01
+"""Interleaved timing: untimed calls before each block, after switching backends."""
 
 
 def _time_block(
     samples: list[float], step: Callable[[], Any], sync: Callable[[], None], timing: _Timing
 ) -> None:
     """Appends one block of timed calls to ``samples`` (all remaining calls when
-    ``timing.interleave`` is off). In interleaved mode the block's first call is run
-    untimed: it pays for the switch from the previous backend (caches, thread pools)."""
+    ``timing.interleave`` is off). In interleaved mode the block starts with untimed
+    calls (at least one, for at least _SETTLE_SECONDS): they pay for the switch from the
+    previous backend (caches, thread pools)."""
     if timing.interleave:
+        # Settle: untimed calls for at least _SETTLE_SECONDS (torch's OpenMP threads spin
+        # for milliseconds after the previous backend's last op, competing for cores).
         start = time.perf_counter()
-        step()
-        sync()
-        estimate = max(time.perf_counter() - start, 1e-6)
+        calls = 0
+        while calls == 0 or time.perf_counter() - start < _SETTLE_SECONDS:
+            step()
+            sync()
+            calls += 1
+        estimate = max((time.perf_counter() - start) / calls, 1e-6)
         if samples:
             estimate = statistics.median(samples[-5:])
         count = max(1, min(int(_BLOCK_SECONDS / estimate), timing.wanted(samples)))
