@@ -303,5 +303,8 @@ def test_scalar_inputs_reuse_cached_tensors_without_mixing_values():
         assert ints.convert(n).item() == n
     assert len(ints._scalars) <= _runtime._MAX_CACHED_SCALARS
     floats = spec(onnx.TensorProto.FLOAT)
-    assert floats.convert(0.0).item() == 0.0
-    assert torch.signbit(floats.convert(-0.0))  # floats are never served from a cache
+    zero = floats.convert(0.0)
+    assert floats.convert(0.0) is zero and not torch.signbit(zero)
+    assert torch.signbit(floats.convert(-0.0))  # -0.0 == 0.0 as a dict key: not mixed up
+    assert torch.isnan(floats.convert(float("nan")))
+    assert floats.convert(2.5).item() == 2.5 and floats.convert(2.5).dtype == torch.float32
