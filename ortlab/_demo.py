@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+import ortlab.backend
 from ortlab import _html, zoo
-from ortlab.backend import _backend, _torch_private
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ class DemoRow:
     first_call_s: float
     ortlab_ms: float
     eager_ms: float
-    backend: _backend.OrtBackend = dataclasses.field(repr=False)
+    backend: ortlab.backend.OrtBackend = dataclasses.field(repr=False)
 
     @property
     def ratio(self) -> float:
@@ -86,8 +86,8 @@ def _median_ms(fn: Any, args: Sequence[Any], iters: int) -> float:
 def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
     """Compiles one zoo model through ortlab, checks its sweep, times it against eager."""
     model = spec.build()
-    compiled = _backend.compile(copy.deepcopy(model), dynamic=True)
-    backend = _backend.backend_of(compiled)
+    compiled = ortlab.backend.compile(copy.deepcopy(model), dynamic=True)
+    backend = ortlab.backend.backend_of(compiled)
     max_diff = 0.0
     matches = True
     with torch._dynamo.config.patch(dict(spec.dynamo_config)), torch.no_grad():
@@ -121,17 +121,6 @@ def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
         eager_ms=eager_ms,
         backend=backend,
     )
-
-
-def warm_up() -> float:
-    """Builds the process-wide exporter registry and decomposition table (seconds taken).
-
-    That one-time cost (~2 s) would otherwise be charged to whichever model compiles first.
-    """
-    start = time.perf_counter()
-    _torch_private.onnx_registry()
-    _torch_private.onnx_friendly_decompositions()
-    return time.perf_counter() - start
 
 
 def run_demo(names: Sequence[str] | None = None, *, iters: int = 20) -> list[DemoRow]:

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
+    import ortlab.backend
     from ortlab import _demo
 
     torch.set_num_threads(args.threads)
-    registry_s = _demo.warm_up()
+    registry_s = ortlab.backend.warm_up()
     rows = _demo.run_demo(args.models or None, iters=args.iters)
     print(
         f"ortlab demo — torch {torch.__version__}, {torch.get_num_threads()} threads; "

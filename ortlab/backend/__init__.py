@@ -6,7 +6,13 @@ notebooks. Everything it does is written into records (:mod:`ortlab.backend.reco
 
 from __future__ import annotations
 
-from ortlab.backend._backend import OrtBackend, backend_of, compile, torch_compile_backend
+from ortlab.backend._backend import (
+    OrtBackend,
+    backend_of,
+    compile,
+    torch_compile_backend,
+    warm_up,
+)
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._support import OrtOperatorSupport
@@ -26,6 +32,7 @@ __all__ = [
     "torch_compile_backend",
     "compile",
     "backend_of",
+    "warm_up",
     # Sessions (for tools that make their own ONNX Runtime sessions, e.g. diff and bench)
     "available_providers",
     "default_session_options",
