@@ -275,5 +275,14 @@ def test_records_expose_the_contract():
     )
     for step in ("type_promotion", "translate", "serialize", "session", "first_run"):
         assert step in session.timings
-    assert set(graph.timings) == {"support", "partition"}
+    assert set(graph.timings) == {"lower", "support", "partition"}
+    assert graph.timings["lower"] > 0  # make_fx, the thin inference path
     assert set(ortlab.backend.records.TIMING_STEPS) <= set(backend.compile_timings())
+
+
+def test_aot_autograd_lowering_time_is_recorded_per_graph():
+    backend = OrtBackend()
+    compiled = torch.compile(SeedMLP(), backend=backend, dynamic=True)
+    compiled(torch.randn(3, 2)).sum().backward()
+    forward = next(g for g in backend.graphs if g.kind == "forward")
+    assert forward.lowering == "aot_autograd" and forward.timings["lower"] > 0

@@ -56,6 +56,8 @@ class OrtBackend:
         self._warned_static = False
         self._dump_counters: dict[str, int] = {}
         self._aot: Callable[..., Any] | None = None
+        # perf_counter() when AOTAutograd started lowering the graph it compiles next.
+        self._lower_mark: float | None = None
         self._observers: list[Callable[[records.RunEvent], None]] = []
 
     # -- public --------------------------------------------------------------------
@@ -90,7 +92,13 @@ class OrtBackend:
                         self._options.opset_version
                     ),
                 )
-            return self._aot(graph_module, example_inputs)
+            # AOTAutograd traces and partitions, then calls _compile_boxed per graph;
+            # the time since this mark is that graph's lowering.
+            self._lower_mark = time.perf_counter()
+            try:
+                return self._aot(graph_module, example_inputs)
+            finally:
+                self._lower_mark = None
         return self._compile_without_autograd(graph_module, example_inputs)
 
     def compile(
@@ -102,6 +110,7 @@ class OrtBackend:
         check_requires_grad: bool = False,
         keep_input_aliases: bool = False,
         lowering: str = "aot_autograd",
+        lower_seconds: float | None = None,
     ) -> torch.fx.GraphModule:
         """Partitions an ATen-level graph; returns it with ``fused_*`` run by ORT.
 
@@ -112,6 +121,8 @@ class OrtBackend:
             keep_input_aliases: Keep view chains from graph inputs to graph outputs in
                 PyTorch, so those outputs still alias their inputs (AOTAutograd does this
                 itself; graphs lowered without it need it).
+            lowering: How the graph was lowered to ATen (for the records).
+            lower_seconds: How long that took (``timings["lower"]``), when known.
         """
         start = time.perf_counter()
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
@@ -157,6 +168,8 @@ class OrtBackend:
             setattr(partitioned, name, module)
             self._modules.append(module)
             record.partitions.append(part)
+        if lower_seconds is not None:
+            record.timings["lower"] = lower_seconds
         record.timings["support"] = support_seconds
         record.timings["partition"] = time.perf_counter() - start
         self.graphs.append(record)
@@ -260,12 +273,19 @@ class OrtBackend:
     def _compile_boxed(
         self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str
     ) -> Callable[..., Any]:
-        partitioned = self.compile(graph_module, example_inputs, kind=kind)
+        mark = self._lower_mark
+        lower_seconds = None if mark is None else time.perf_counter() - mark
+        partitioned = self.compile(
+            graph_module, example_inputs, kind=kind, lower_seconds=lower_seconds
+        )
+        if mark is not None:  # the next graph of this compile starts lowering now
+            self._lower_mark = time.perf_counter()
         return _torch_private.make_boxed(partitioned.forward)
 
     def _compile_without_autograd(
         self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> Callable[..., Any]:
+        start = time.perf_counter()
         aten = _torch_private.lower_to_aten(
             graph_module,
             example_inputs,
@@ -278,6 +298,7 @@ class OrtBackend:
             check_requires_grad=True,
             keep_input_aliases=True,
             lowering="make_fx",
+            lower_seconds=time.perf_counter() - start,
         )
         return partitioned.forward
 

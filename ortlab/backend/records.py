@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 # Compile steps, in pipeline order. Graph-level steps live on GraphRecord.timings,
 # session-level ones on SessionRecord.timings; both use these keys.
-GRAPH_STEPS = ("support", "partition")
+GRAPH_STEPS = ("lower", "support", "partition")
+"""``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing and partitioning
+since the previous graph of the same compile); Dynamo's own tracing comes before it."""
 SESSION_STEPS = (
     "type_promotion",
     "translate",

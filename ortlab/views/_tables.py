@@ -61,6 +61,7 @@ GRAPH_COLUMNS = (
 TIMING_COLUMNS = ("step", "seconds", "start", "fraction")
 
 STEP_LABELS = {
+    "lower": "lower to ATen",
     "support": "support",
     "partition": "partition",
     "type_promotion": "type promotion",
@@ -232,9 +233,10 @@ def timings(obj: Any) -> dict[str, float]:
 def timings_frame(obj: Any) -> pd.DataFrame:
     """The compile-time breakdown, one row per step in pipeline order.
 
-    Steps: support, partition, type promotion, translate, serialize, transforms, session,
-    first run. Columns: ``step``, ``seconds``, ``start`` (seconds before this step, for a
-    waterfall), ``fraction`` (of the total; 0 when nothing was compiled).
+    Steps: lower to ATen, support, partition, type promotion, translate, serialize,
+    transforms, session, first run. Columns: ``step``, ``seconds``, ``start`` (seconds
+    before this step, for a waterfall), ``fraction`` (of the total; 0 when nothing was
+    compiled).
     """
     totals = timings(obj)
     total = sum(totals.values())
