@@ -15,6 +15,8 @@ For each model it compiles with the ortlab backend, warms up, then
 3. times the bare ONNX Runtime sessions on the inputs their partitions received (numpy
    feed, so a few microseconds of conversion are included).
 
+Eager, ortlab and the bare sessions are timed interleaved, as ``ortlab.bench`` does.
+
 cProfile adds a roughly constant cost to every Python call, so layers made of many small
 Python calls look bigger under the profiler than they are; the "est. µs" column scales
 the profiled shares to the unprofiled median and is an estimate, the other two columns
@@ -29,7 +31,6 @@ import cProfile
 import pstats
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,20 +88,9 @@ def _layer(filename: str, name: str) -> str:
     return "other (Python builtins)"
 
 
-def _median_call_us(call: Callable[[], Any], calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
-
-
-def _bare_session_us(backend: ortlab.OrtBackend, call: Callable[[], Any], calls: int) -> float:
-    """Median µs of running every partition's session once, on its captured inputs."""
+def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Callable[[], None]:
+    """A callable running every partition's session once, bare, on its captured inputs."""
     import onnxruntime
-
-    from ortlab.backend import _session
 
     captured: list[tuple[Any, Any, tuple[Any, ...]]] = []
 
@@ -116,7 +106,7 @@ def _bare_session_us(backend: ortlab.OrtBackend, call: Callable[[], Any], calls:
     for partition, record, inputs in captured:
         session = onnxruntime.InferenceSession(
             record.model.SerializeToString(),
-            sess_options=_session.default_session_options(),
+            sess_options=ortlab.backend.default_session_options(),
             providers=list(record.providers),
         )
         # Frozen parameters are initializers of the model, not inputs: skip them.
@@ -135,8 +125,20 @@ def _bare_session_us(backend: ortlab.OrtBackend, call: Callable[[], Any], calls:
         for session, feed in runs:
             session.run(None, feed)
 
-    run_all()
-    return _median_call_us(run_all, calls)
+    return run_all
+
+
+def _median_us_interleaved(calls: dict[str, Callable[[], Any]], n: int) -> dict[str, float]:
+    """Median µs per call of each callable, timed in interleaved blocks (as ``bench``
+    does), so that load changes on a shared machine reach them alike."""
+    runs = [_bench._Run(name) for name in calls]
+    timing = _bench._Timing(warmup=0, iters=n, min_time=0.0, min_iters=1, max_iters=n)
+    steps = {name: (fn, lambda: None) for name, fn in calls.items()}
+    _bench._time_backends(runs, steps, timing, no_grad=True)
+    for run in runs:
+        if run.error:
+            raise RuntimeError(f"{run.backend}: {run.error}")
+    return {run.backend: statistics.median(run.samples) * 1e6 for run in runs}
 
 
 def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
@@ -155,14 +157,16 @@ def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
         for _ in range(10):
             ortlab_call()
             eager_call()
-        eager_us = _median_call_us(eager_call, calls)
-        ortlab_us = _median_call_us(ortlab_call, calls)
+        bare_call = _bare_sessions(backend, ortlab_call)
+        medians = _median_us_interleaved(
+            {"eager": eager_call, "ortlab": ortlab_call, "bare": bare_call}, calls
+        )
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(calls):
             ortlab_call()
         profiler.disable()
-        bare_us = _bare_session_us(backend, ortlab_call, calls)
+    eager_us, ortlab_us, bare_us = medians["eager"], medians["ortlab"], medians["bare"]
     stats = pstats.Stats(profiler)
     layers: dict[str, float] = {}
     functions = []

@@ -130,6 +130,17 @@ class _InputSpec:
         return tensor
 
 
+def _frozen_changed(check: tuple[int, torch.Tensor, int, int], args: Sequence[Any]) -> bool:
+    """Whether the argument at a frozen position is no longer the frozen tensor as it was
+    (another tensor, written in place, or its storage swapped by ``.data = ...``)."""
+    index, tensor, version, data_ptr = check
+    return (
+        args[index] is not tensor
+        or tensor._version != version
+        or (tensor.data_ptr() != data_ptr)
+    )
+
+
 class OrtRunner:
     """Runs one session; holds everything precomputed for the per-call hot path."""
 
@@ -154,7 +165,9 @@ class OrtRunner:
         self.frozen = frozen
         # What a frozen tensor must still have for this session to serve it: its version
         # (in-place writes) and data pointer (``param.data = ...`` swaps the storage).
-        self.frozen_state = {i: (t._version, t.data_ptr()) for i, t in frozen.items()}
+        self._frozen_checks = tuple(
+            (i, t, t._version, t.data_ptr()) for i, t in sorted(frozen.items())
+        )
         # Positions (among the partition's placeholders) that are ONNX inputs.
         self.slots = tuple(i for i in range(len(input_fx_values)) if i not in frozen)
         if len(self.slots) != len(self.input_names):
@@ -221,8 +234,9 @@ class OrtRunner:
 
     def matches(self, args: Sequence[Any]) -> bool:
         """Whether this session serves these partition arguments (its input schema)."""
-        if self.frozen and self.stale_frozen(args):
-            return False
+        for check in self._frozen_checks:  # hot path: plain loop, early exit
+            if _frozen_changed(check, args):
+                return False
         for spec, slot in zip(self.specs, self.slots):
             if not spec.matches(args[slot]):
                 return False
@@ -231,12 +245,7 @@ class OrtRunner:
     def stale_frozen(self, args: Sequence[Any]) -> tuple[int, ...]:
         """Frozen positions whose tensor in ``args`` is the frozen one changed in place, or
         another tensor: this session will never serve those arguments again."""
-        return tuple(
-            index
-            for index, tensor in self.frozen.items()
-            if args[index] is not tensor
-            or (tensor._version, tensor.data_ptr()) != self.frozen_state[index]
-        )
+        return tuple(check[0] for check in self._frozen_checks if _frozen_changed(check, args))
 
     def _device(self, device: torch.device) -> Any:
         d = self._device_cache.get(device)
