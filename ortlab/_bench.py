@@ -1007,6 +1007,50 @@ def _failed_result(name: str, backends: Sequence[str], error: str) -> BenchResul
     )
 
 
+TARGET_MODELS = ("gelu_mlp", "cnn", "transformer_layer")
+"""Zoo models the performance targets are set on."""
+
+RATIO_TARGETS = (
+    ("ortlab", "ort", 1.25),
+    ("ortlab", "eager", 1.05),
+    ("ortlab-frozen", "ort", 1.10),
+)
+"""``(backend, reference, most)``: the backend's median over the reference's at most."""
+
+FIRST_CALL_TARGET_S = 1.5
+"""ortlab's first call (compile + run) at most, in seconds."""
+
+
+def targets_table(results: Sequence[BenchResult]) -> list[list[str]] | None:
+    """Rows ``[model, cell per target...]`` with ``"1.30 missed"`` / ``"0.96 met"``
+    for the target models present, or ``None`` when none is (or the backends a target
+    needs are missing, whose cells then read ``"n/a"``)."""
+    rows = []
+    for r in results:
+        if r.name not in TARGET_MODELS:
+            continue
+        medians = {
+            b: m
+            for b, m, e in zip(r.frame["backend"], r.frame["median_ms"], r.frame["error"])
+            if not e
+        }
+        firsts = dict(zip(r.frame["backend"], r.frame["first_call_s"]))
+        cells = [r.name]
+        for backend, ref, most in RATIO_TARGETS:
+            ratio = medians.get(backend, math.nan) / medians.get(ref, math.nan)
+            cells.append(_target_cell(ratio, most, _fmt_ratio(ratio)))
+        first = firsts.get("ortlab", math.nan) if "ortlab" in medians else math.nan
+        cells.append(_target_cell(first, FIRST_CALL_TARGET_S, f"{first:.2f} s"))
+        rows.append(cells)
+    return rows or None
+
+
+def _target_cell(value: float, most: float, text: str) -> str:
+    if not _finite(value):
+        return "n/a"
+    return f"{text} {'met' if value <= most else 'missed'}"
+
+
 def zoo_markdown(
     results: Sequence[BenchResult],
     *,
@@ -1050,6 +1094,22 @@ def zoo_markdown(
             row.append(_fmt_ratio(medians.get(b, math.nan) / medians.get(ref, math.nan)))
         rows.append(row)
     lines += [_markdown_table(headers, rows), ""]
+    targets = None if settings.get("training") else targets_table(results)
+    if targets:
+        target_headers = [
+            "model",
+            *(f"{b} / {ref} ≤ {most:.2f}" for b, ref, most in RATIO_TARGETS),
+            f"ortlab first call ≤ {FIRST_CALL_TARGET_S} s",
+        ]
+        lines += [
+            "## Targets",
+            "",
+            "The project's performance targets, checked on this run (ratios of medians "
+            "measured in this one run)." + (" Fast mode: not a measurement." if fast else ""),
+            "",
+            _markdown_table(target_headers, targets),
+            "",
+        ]
     lines += ["## Per backend", ""]
     headers_full = ["model", *_display_rows(results[0].frame)[0]] if results else []
     full_rows = [[r.name, *row] for r in results for row in _display_rows(r.frame)[1]]

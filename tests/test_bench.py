@@ -294,3 +294,46 @@ def test_bench_of_a_compiled_model_starts_from_the_original_module():
     # "eager" really ran eagerly, and "ortlab" compiled the module once, not a compiled one
     assert compiled.ortlab_backend.execution_count == 0
     assert result.row("ortlab")["graphs"] == 1
+
+
+def _result(name, medians, first_call_s=1.0, errors=None):
+    import pandas as pd
+
+    errors = errors or {}
+    rows = [
+        {
+            **dict.fromkeys(_bench.COLUMNS, math.nan),
+            "backend": b,
+            "median_ms": m,
+            "first_call_s": first_call_s,
+            "error": errors.get(b, ""),
+        }
+        for b, m in medians.items()
+    ]
+    return _bench.BenchResult(frame=pd.DataFrame(rows), machine={}, name=name)
+
+
+def test_targets_table_marks_each_target_met_or_missed():
+    cnn = _result("cnn", {"eager": 1.0, "ortlab": 1.04, "ortlab-frozen": 0.9, "ort": 0.8}, 1.6)
+    mlp = _result("mlp", {"eager": 1.0, "ortlab": 9.0, "ort": 0.1})  # not a target model
+    (row,) = _bench.targets_table([cnn, mlp])
+    # ortlab/ort 1.30 > 1.25; ortlab/eager 1.04 <= 1.05; frozen/ort 1.125 > 1.10; 1.6 s
+    assert row == ["cnn", "1.30 missed", "1.04 met", "1.12 missed", "1.60 s missed"]
+    assert _bench.targets_table([mlp]) is None
+
+
+def test_targets_table_says_n_a_for_missing_or_failed_backends():
+    gelu = _result(
+        "gelu_mlp", {"eager": 2.0, "ortlab": 2.0, "ort": 2.0}, errors={"ortlab": "boom"}
+    )
+    (row,) = _bench.targets_table([gelu])
+    assert row == ["gelu_mlp", "n/a", "n/a", "n/a", "n/a"]
+
+
+def test_zoo_markdown_has_a_targets_section_for_target_models():
+    gelu = _result("gelu_mlp", {"eager": 2.0, "ortlab": 2.0, "ortlab-frozen": 1.9, "ort": 1.8})
+    markdown = _bench.zoo_markdown([gelu], machine={"torch_threads": 2})
+    assert "## Targets" in markdown
+    assert "| gelu_mlp | 1.11 met | 1.00 met | 1.06 met | 1.00 s met |" in markdown
+    mlp = _result("mlp", {"eager": 1.0, "ortlab": 2.0})
+    assert "## Targets" not in _bench.zoo_markdown([mlp], machine={"torch_threads": 2})
