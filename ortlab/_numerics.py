@@ -67,7 +67,6 @@ import dataclasses
 import itertools
 import logging
 import math
-import re
 import statistics
 import time
 import types
@@ -119,7 +118,6 @@ _SAMPLE_SIZE = 20_000
 """Elements kept per output for histograms and scatter plots (an even stride)."""
 
 _FX_NODE_KEY = records.FX_NODE_KEY
-_FX_NODE_NAME = re.compile(r"^%([^\s:]+)\s*:")
 
 _OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
 
@@ -1192,8 +1190,7 @@ def fx_node_name(onnx_node: onnx.NodeProto) -> str | None:
     provenance metadata), or ``None``."""
     for prop in onnx_node.metadata_props:
         if prop.key == _FX_NODE_KEY:
-            match = _FX_NODE_NAME.match(prop.value)
-            return match.group(1) if match else None
+            return records.fx_node_name_in(prop.value)
     return None
 
 

@@ -5,13 +5,12 @@
 # weights passed as graph inputs (the default; see ``freeze_parameters``) ONNX Runtime
 # cannot constant-fold that Transpose, and its own Transpose->Gemm fusion left the first
 # one of a GELU MLP in place: every call then copied the whole weight matrix (4 MB for a
-# 512x2048 layer; 25% of the ORT time of that model). Gemm's ``transA``/``transB`` do the
+# 512x2048 layer; ~20% of the ORT time of that model). Gemm's ``transA``/``transB`` do the
 # same for free, which is what ``torch.onnx.export`` produces for ``linear`` directly.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from ortlab.backend import records
@@ -24,11 +23,11 @@ _GEMM_TRANSPOSE_ATTRS = ((0, "transA"), (1, "transB"))
 
 def _note_folded(into: ir.Node, folded: ir.Node) -> None:
     """Keeps provenance: ``into`` now also stands for the FX node ``folded`` came from."""
-    match = re.match(r"\s*%([^\s:]+)", folded.metadata_props.get(records.FX_NODE_KEY, ""))
-    if match is None:
+    name = records.fx_node_name_in(folded.metadata_props.get(records.FX_NODE_KEY, ""))
+    if name is None:
         return
     earlier = into.metadata_props.get(records.FOLDED_FX_NODES_KEY, "")
-    names = [*filter(None, earlier.split(",")), match.group(1)]
+    names = [*filter(None, earlier.split(",")), name]
     into.metadata_props[records.FOLDED_FX_NODES_KEY] = ",".join(names)
 
 

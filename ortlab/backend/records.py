@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _html
@@ -39,6 +40,14 @@ ONNX node was translated from."""
 FOLDED_FX_NODES_KEY = "ortlab.folded_fx_nodes"
 """ONNX node metadata set by ortlab: comma-separated names of FX nodes whose ONNX nodes
 were folded into this one (a weight ``Transpose`` absorbed by ``Gemm``'s ``transB``)."""
+
+_FX_NODE_NAME = re.compile(r"\s*%([^\s:]+)")
+
+
+def fx_node_name_in(provenance: str) -> str | None:
+    """The FX node name in an ``FX_NODE_KEY`` value (``"%addmm : ..."`` -> ``"addmm"``)."""
+    match = _FX_NODE_NAME.match(provenance)
+    return match.group(1) if match else None
 
 
 @dataclasses.dataclass

@@ -634,8 +634,7 @@ def _onnx_types(model: onnx.ModelProto) -> dict[str, str]:
 def _fx_name(node: onnx.NodeProto) -> str | None:
     for prop in node.metadata_props:
         if prop.key == FX_NODE_KEY:
-            match = re.match(r"\s*%([^\s:]+)", prop.value)
-            return match.group(1) if match else None
+            return records.fx_node_name_in(prop.value)
     return None
 
 
