@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
+
+_R = TypeVar("_R")
 
 
 @dataclasses.dataclass
@@ -66,10 +68,9 @@ def graphs_of(obj: Any) -> list[records.GraphRecord]:
     """Graph records of a backend-like object, a graph record, or a sequence of them."""
     from ortlab.backend import backend_of, records
 
-    if isinstance(obj, records.GraphRecord):
-        return [obj]
-    if isinstance(obj, (list, tuple)) and all(isinstance(g, records.GraphRecord) for g in obj):
-        return list(obj)
+    given = _given_records(obj, records.GraphRecord)
+    if given is not None:
+        return given
     if isinstance(obj, Mapping):
         return [g for v in obj.values() for g in graphs_of(v)]
     if is_diff_report(obj):
@@ -81,12 +82,9 @@ def partitions_of(obj: Any) -> list[records.PartitionRecord]:
     """Partition records of anything :func:`graphs_of` accepts, or of partition records."""
     from ortlab.backend import records
 
-    if isinstance(obj, records.PartitionRecord):
-        return [obj]
-    if isinstance(obj, (list, tuple)) and all(
-        isinstance(p, records.PartitionRecord) for p in obj
-    ):
-        return list(obj)
+    given = _given_records(obj, records.PartitionRecord)
+    if given is not None:
+        return given
     return [p for g in graphs_of(obj) for p in g.partitions]
 
 
@@ -94,10 +92,17 @@ def sessions_of(obj: Any) -> list[records.SessionRecord]:
     """Session records of anything :func:`partitions_of` accepts, or of session records."""
     from ortlab.backend import records
 
-    if isinstance(obj, records.SessionRecord):
-        return [obj]
-    if isinstance(obj, (list, tuple)) and all(
-        isinstance(s, records.SessionRecord) for s in obj
-    ):
-        return list(obj)
+    given = _given_records(obj, records.SessionRecord)
+    if given is not None:
+        return given
     return [s for p in partitions_of(obj) for s in p.sessions]
+
+
+def _given_records(obj: Any, kind: type[_R]) -> list[_R] | None:
+    """``obj`` as a list when it is a record of ``kind`` or a list/tuple of them, else
+    ``None`` (the caller derives the records from ``obj``)."""
+    if isinstance(obj, kind):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and all(isinstance(r, kind) for r in obj):
+        return list(obj)
+    return None
