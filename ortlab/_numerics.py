@@ -117,8 +117,6 @@ _DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 _SAMPLE_SIZE = 20_000
 """Elements kept per output for histograms and scatter plots (an even stride)."""
 
-_FX_NODE_KEY = records.FX_NODE_KEY
-
 _OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
 
 
@@ -1185,13 +1183,8 @@ def _is_number(value: Any) -> bool:
     )
 
 
-def fx_node_name(onnx_node: onnx.NodeProto) -> str | None:
-    """The FX node an ONNX node was translated from (its ``pkg.torch.onnx.fx_node``
-    provenance metadata), or ``None``."""
-    for prop in onnx_node.metadata_props:
-        if prop.key == _FX_NODE_KEY:
-            return records.fx_node_name_in(prop.value)
-    return None
+fx_node_name = records.fx_node_of
+"""The FX node an ONNX node was translated from (provenance metadata), or ``None``."""
 
 
 def _onnx_value_map(

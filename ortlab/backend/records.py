@@ -50,6 +50,15 @@ def fx_node_name_in(provenance: str) -> str | None:
     return match.group(1) if match else None
 
 
+def fx_node_of(onnx_node: onnx.NodeProto) -> str | None:
+    """The FX node an ONNX node was translated from (its ``FX_NODE_KEY`` provenance
+    metadata), or ``None``."""
+    for prop in onnx_node.metadata_props:
+        if prop.key == FX_NODE_KEY:
+            return fx_node_name_in(prop.value)
+    return None
+
+
 @dataclasses.dataclass
 class Verdict:
     """Whether one ``call_function`` node may run in ONNX Runtime, and why."""

@@ -41,7 +41,6 @@ DEFAULT_MAX_NODES = 300
 MAX_DRAWN_NODES = 1500
 """A partition or ONNX graph larger than this is not laid out; a table stands in."""
 
-FX_NODE_KEY = records.FX_NODE_KEY
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 # Pastel fills for partitions, cycled; red tones are kept for eager nodes.
@@ -631,13 +630,6 @@ def _onnx_types(model: onnx.ModelProto) -> dict[str, str]:
     return types
 
 
-def _fx_name(node: onnx.NodeProto) -> str | None:
-    for prop in node.metadata_props:
-        if prop.key == FX_NODE_KEY:
-            return records.fx_node_name_in(prop.value)
-    return None
-
-
 def _metadata(node: onnx.NodeProto, key: str) -> str:
     return next((p.value for p in node.metadata_props if p.key == key), "")
 
@@ -668,7 +660,7 @@ def provenance(session: records.SessionRecord) -> Provenance:
     fx_to_onnx: dict[str, list[int]] = collections.defaultdict(list)
     onnx_to_fx: dict[int, str] = {}
     for i, node in enumerate(session.model.graph.node):
-        name = _fx_name(node)
+        name = records.fx_node_of(node)
         if name:
             fx_to_onnx[name].append(i)
             onnx_to_fx[i] = name
@@ -768,7 +760,7 @@ def onnx_view(
             if out:
                 producer[out] = key
         n_init = sum(1 for x in node.input if x in initializers)
-        fx = _fx_name(node)
+        fx = records.fx_node_of(node)
         fx_names.append(fx)
         label = node.op_type if not node.domain else f"{node.op_type}\n({node.domain})"
         if node.name:
