@@ -94,9 +94,9 @@ class OrtPartitionModule:
         self._runners: list[_runtime.OrtRunner] = []
         self._last: _runtime.OrtRunner | None = None
         self._failed = False
-        # Frozen placeholder position -> times its tensor changed after being frozen.
+        # Frozen placeholder position -> times its tensor changed after being frozen;
+        # FREEZE_CHANGE_LIMIT changes thaw it (it is passed as an input from then on).
         self._freeze_changes: dict[int, int] = {}
-        self._thawed: set[int] = set()
         placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
         self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
         self._output_fx_values, self._single = _output_values(eager)
@@ -160,7 +160,8 @@ class OrtPartitionModule:
         return {
             i: a
             for i, a in enumerate(args)
-            if i not in self._thawed and _torch_private.is_module_state(a)
+            if self._freeze_changes.get(i, 0) < FREEZE_CHANGE_LIMIT
+            and _torch_private.is_module_state(a)
         }
 
     def _retire_stale(self, args: Sequence[Any]) -> None:
@@ -176,13 +177,12 @@ class OrtPartitionModule:
             runner.record.active = False
             for index in changed:
                 count = self._freeze_changes[index] = self._freeze_changes.get(index, 0) + 1
-                if count >= FREEZE_CHANGE_LIMIT and index not in self._thawed:
+                if count == FREEZE_CHANGE_LIMIT:
                     self._thaw(index)
         self._runners = keep
         self._last = None
 
     def _thaw(self, index: int) -> None:
-        self._thawed.add(index)
         name = self.record.input_names[index]
         self.record.thawed_inputs = (*self.record.thawed_inputs, name)
         warnings.warn(
