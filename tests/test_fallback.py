@@ -10,7 +10,7 @@ import torch
 
 import ortlab
 from ortlab import OrtBackend, OrtBackendOptions, zoo
-from ortlab.backend import _export, _session
+from ortlab.backend import _export, _session, _torch_private
 
 
 def test_custom_op_without_translation_splits_into_two_partitions():
@@ -66,17 +66,22 @@ def test_transform_that_raises_is_recorded_with_its_name():
     assert "explode" in backend.partitions[0].error and "boom" in backend.partitions[0].error
 
 
-def test_direct_translation_failure_uses_the_retracing_exporter(monkeypatch):
+@pytest.mark.parametrize("opset", [None, 18])
+def test_direct_translation_failure_uses_the_retracing_exporter(monkeypatch, opset):
     def fail(*args, **kwargs):
         raise RuntimeError("translation unavailable")
 
     monkeypatch.setattr(_export, "_translate_direct", fail)
-    compiled, backend = torch.compile(lambda x: x.tanh() * 2, backend=OrtBackend()), None
+    options = OrtBackendOptions(opset_version=opset)
+    compiled = torch.compile(lambda x: x.tanh() * 2, backend=OrtBackend(options))
     backend = ortlab.backend_of(compiled)
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), x.tanh() * 2)
     (session,) = backend.sessions
     assert session.export_method == "retrace"
+    # The re-traced model targets the same opset as the direct translation would.
+    expected = opset or _torch_private.default_opset()
+    assert {o.version for o in session.model.opset_import if o.domain == ""} == {expected}
 
 
 def test_unavailable_provider_is_dropped_with_one_warning_naming_it():

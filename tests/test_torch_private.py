@@ -49,6 +49,19 @@ def test_translation_targets_the_requested_opset(opset, gelu_ops):
     assert gelu_ops <= {n.op_type for n in proto.graph.node}
 
 
+def test_warm_up_builds_what_a_later_compile_reuses():
+    import ortlab.backend
+
+    seconds = ortlab.backend.warm_up(19)  # an opset no other test builds
+    assert seconds >= 0
+    hits = _torch_private.onnx_registry.cache_info().hits
+    decomp_hits = _torch_private.onnx_friendly_decompositions.cache_info().hits
+    _torch_private.onnx_registry(19)
+    _torch_private.onnx_friendly_decompositions(19)
+    assert _torch_private.onnx_registry.cache_info().hits == hits + 1
+    assert _torch_private.onnx_friendly_decompositions.cache_info().hits == decomp_hits + 1
+
+
 def test_decomposition_table_keeps_registered_ops_whole():
     table = _torch_private.onnx_friendly_decompositions()
     assert torch.ops.aten.gelu.default not in table
