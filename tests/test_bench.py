@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -144,37 +143,49 @@ def test_bench_sets_threads_records_machine_facts_and_restores_threads():
         assert machine[key], key
 
 
-def _fake_step(log, name, seconds=0.0, fail_after=None):
+class _FakeClock:
+    """Stands in for time.perf_counter in _bench: only the fake steps advance it, so block
+    sizes follow from the step durations, whatever the machine's load."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def _fake_step(log, name, clock=None, seconds=0.0, fail_after=None):
     def step():
         if fail_after is not None and log.count(name) >= fail_after:
             raise RuntimeError(f"{name} broke")
         log.append(name)
-        if seconds:
-            time.sleep(seconds)
+        if clock is not None:
+            clock.now += seconds
 
     return step, lambda: None
 
 
-def test_interleaved_timing_alternates_backends_in_blocks_and_isolates_failures():
+def test_interleaved_timing_alternates_backends_in_blocks_and_isolates_failures(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(_bench, "time", clock)
     log = []
     runs = [_bench._Run(name) for name in ("a", "b", "c")]
     steps = {
-        "a": _fake_step(log, "a", seconds=0.004),
-        "b": _fake_step(log, "b", seconds=0.004),
+        "a": _fake_step(log, "a", clock, seconds=0.004),
+        "b": _fake_step(log, "b", clock, seconds=0.004),
         "c": _fake_step(log, "c", fail_after=3),
     }
     timing = _bench._Timing(warmup=0, iters=30, min_time=0, min_iters=1, max_iters=30)
     _bench._time_backends(runs, steps, timing, no_grad=True)
     a, b, c = runs
     assert len(a.samples) == len(b.samples) == 30 and a.error is b.error is None
-    assert all(s >= 0.003 for s in a.samples)
-    # Blocks of ~50 ms (about 12 calls of 4 ms) after untimed settling calls (>= 10 ms),
-    # alternating: "b" starts before "a" is done, after one block of "a".
-    first_b, last_a = log.index("b"), len(log) - 1 - log[::-1].index("a")
-    assert first_b < last_a
-    assert 8 <= first_b <= 18
-    settling = log.count("a") - 30
-    assert 3 <= settling <= 4 * 3  # 3-4 blocks of 2-3 settling calls
+    assert a.samples == pytest.approx([0.004] * 30)
+    # Each block: 3 untimed settling calls of 4 ms (the first to reach 10 ms), then
+    # int(50 ms / 4 ms) = 12 timed calls; "b" starts right after the first block of "a".
+    assert log.index("b") == 3 + 12
+    # Round 2 rotates the order ("b" leads, then "a"); 30 samples take blocks 12, 12, 6.
+    assert log[15:30] == ["b"] * 15
+    assert log.count("a") == log.count("b") == 30 + 3 * 3
     assert c.error == "RuntimeError: c broke" and c.samples == []
 
 
