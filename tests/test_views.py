@@ -29,6 +29,11 @@ needs_dot = pytest.mark.skipif(
     not _dot.dot_available(), reason="Graphviz's dot is not installed (make graphviz)"
 )
 
+SECONDS_NOT_MINUTES = 30.0
+"""Large graphs must render in "seconds, not minutes" (~0.2 s for 2,000 nodes collapsed,
+1.4 s for the viewer here). A guard against drawing every node (minutes), loose enough
+that a loaded 2-core CI machine cannot trip it; speed itself is for benchmarks."""
+
 
 @pytest.fixture(scope="module")
 def inference():
@@ -145,7 +150,7 @@ def test_collapsed_view_of_a_2000_node_graph_draws_one_box_per_partition_in_seco
     start = time.perf_counter()
     rendered = views.fx_graph_view(g)
     seconds = time.perf_counter() - start
-    assert seconds < 5.0, f"collapsed view took {seconds:.1f} s"
+    assert seconds < SECONDS_NOT_MINUTES, f"collapsed view took {seconds:.1f} s"
     root = parse_svg(rendered.svg)
     boxes = svg_groups(root, "ortlab-partition")
     assert len(boxes) == len(g.partitions) == 40
@@ -158,7 +163,7 @@ def test_collapsed_view_of_a_2000_node_graph_draws_one_box_per_partition_in_seco
 
     start = time.perf_counter()
     expanded = views.fx_graph_view(g, expand={"fused_7"})
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < SECONDS_NOT_MINUTES
     root = parse_svg(expanded.svg)
     (cluster,) = svg_groups(root, "cluster")
     assert any("fused_7" in t for t in texts(cluster))
@@ -475,7 +480,7 @@ def test_partition_viewer_expands_the_chosen_partition_of_a_collapsed_graph():
     (cluster,) = svg_groups(graph, "cluster")
     assert any("fused_7" in t for t in texts(cluster))
     assert len(svg_groups(graph, "ortlab-partition")) == 39
-    assert time.perf_counter() - start < 10.0
+    assert time.perf_counter() - start < SECONDS_NOT_MINUTES
     assert "has not run yet" in viewer.onnx_view.value
 
 
