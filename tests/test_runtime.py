@@ -308,3 +308,144 @@ def test_scalar_inputs_reuse_cached_tensors_without_mixing_values():
     assert torch.signbit(floats.convert(-0.0))  # -0.0 == 0.0 as a dict key: not mixed up
     assert torch.isnan(floats.convert(float("nan")))
     assert floats.convert(2.5).item() == 2.5 and floats.convert(2.5).dtype == torch.float32
+
+
+def _static_partition():
+    """A CPU partition of f(x, y) = (x @ y + 1, x @ y > 0), exported with static shapes,
+    and what a runner needs to serve it."""
+    from ortlab.backend import _partition
+
+    def f(x, y):
+        z = x @ y + 1
+        return z, z > 0
+
+    compiled, backend = _compile(f, dynamic=False)
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    compiled(x, y)
+    (part,) = backend.partitions
+    (session,) = part.sessions
+    gm = part.graph_module
+    inputs = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
+    outputs, _ = _partition._output_values(gm)
+    return f, session.model, inputs, outputs, (x, y)
+
+
+def test_static_binding_runner_copies_through_fixed_buffers():
+    from ortlab.backend import _runtime, _session
+
+    f, proto, inputs, outputs, args = _static_partition()
+    session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
+    runner = _runtime.StaticBindingRunner(
+        session,
+        proto,
+        input_fx_values=inputs,
+        output_fx_values=outputs,
+        args=args,
+        frozen={},
+        preallocate_output=False,
+    )
+    bound = [b.data_ptr() for b in (*runner._in_buffers, *runner._out_buffers)]
+    first = runner.run(args)
+    kept = [t.clone() for t in first]
+    for got, want in zip(first, f(*args)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    # A transposed (non-contiguous) argument is copied in like any other.
+    other = (torch.randn(4, 3).t(), torch.randn(4, 5))
+    second = runner.run(other)
+    for got, want in zip(second, f(*other)):
+        torch.testing.assert_close(got, want)
+    # Results are copies: the next call does not overwrite what the caller holds.
+    for a, b in zip(first, kept):
+        assert torch.equal(a, b)
+    assert all(r.data_ptr() not in bound for r in (*first, *second))
+    assert bound == [b.data_ptr() for b in (*runner._in_buffers, *runner._out_buffers)]
+    assert runner.matches(other) and not runner.matches((torch.randn(2, 4), args[1]))
+
+
+def test_static_binding_blocker_names_what_stands_in_the_way():
+    import copy
+
+    import onnx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ortlab.backend import _runtime
+
+    _, proto, _, outputs, args = _static_partition()
+    first = proto.graph.input[0].name
+
+    def blocker(model=proto, args=args, outputs=outputs):
+        return _runtime.static_binding_blocker(model, outputs, args, (0, 1))
+
+    assert blocker() == f"input {first!r} is on cpu, not CUDA"
+    assert "is a Python scalar" in blocker(args=(3, args[1]))
+    # Fake CUDA tensors (no GPU needed) pass the device checks and reach the rest.
+    with FakeTensorMode():
+        cuda_args = tuple(torch.empty(a.shape, device="cuda") for a in args)
+        cuda_outputs = tuple(
+            torch.empty(o.shape, dtype=o.dtype, device="cuda") for o in outputs
+        )
+    assert blocker(args=cuda_args, outputs=cuda_outputs) == ""
+    assert "is on cpu, not CUDA" in blocker(
+        args=cuda_args, outputs=(cuda_outputs[0], outputs[1])
+    )
+    assert "is a Python scalar" in blocker(args=cuda_args, outputs=(cuda_outputs[0], 1))
+    symbolic = copy.deepcopy(proto)
+    symbolic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "s0"
+    assert "symbolic dims" in blocker(symbolic, cuda_args, cuda_outputs)
+    assert "dynamic_shapes=False" in blocker(symbolic, cuda_args, cuda_outputs)
+    looping = copy.deepcopy(proto)
+    looping.graph.node.append(onnx.helper.make_node("Loop", ["n", "c"], ["o"]))
+    assert "control flow (Loop)" in blocker(looping, cuda_args, cuda_outputs)
+
+
+def test_cuda_graphs_on_cpu_inputs_run_normally_and_say_why():
+    def f(x):
+        return torch.relu(x) * 2
+
+    backend = OrtBackend(OrtBackendOptions(cuda_graphs=True))
+    compiled, _ = _compile(f, backend, dynamic=False)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), f(x))
+    (session,) = backend.sessions
+    assert session.cuda_graph is False
+    assert session.cuda_graph_note.endswith("is on cpu, not CUDA")
+    assert "CUDA graph" in session._repr_html_() and "is on cpu" in session._repr_html_()
+    # With the option off there is nothing to explain.
+    plain = OrtBackend()
+    compiled, _ = _compile(f, plain, dynamic=False)
+    compiled(x)
+    assert plain.sessions[0].cuda_graph_note == ""
+    assert "CUDA graph" not in plain.sessions[0]._repr_html_()
+
+
+def test_cuda_graphs_option_must_be_a_bool():
+    with pytest.raises(ortlab.errors.UnsupportedOptionError, match="cuda_graphs"):
+        OrtBackendOptions(cuda_graphs="yes")
+
+
+def test_static_binding_runner_binds_module_state_in_place():
+    from ortlab.backend import _runtime, _session
+
+    f, proto, inputs, outputs, (x, y) = _static_partition()
+    weight = torch.nn.Parameter(y.clone(), requires_grad=False)
+    session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
+    runner = _runtime.StaticBindingRunner(
+        session,
+        proto,
+        input_fx_values=inputs,
+        output_fx_values=outputs,
+        args=(x, weight),
+        frozen={},
+        preallocate_output=False,
+    )
+    # Bound where it lives: no copy per call.
+    assert runner._in_buffers[1].data_ptr() == weight.data_ptr()
+    assert runner._in_buffers[0] is not x  # activations go through a fixed buffer
+    with torch.no_grad():
+        weight.mul_(-2)  # in place: same address, the next run sees it
+    torch.testing.assert_close(runner.run((x, weight))[0], f(x, weight)[0])
+    old = weight.detach()
+    weight.data = torch.randn(4, 5)  # moved: this runner is bound to the old address
+    assert not runner.matches((x, weight))
+    assert runner.matches((x, old))

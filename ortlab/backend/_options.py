@@ -131,20 +131,31 @@ class OrtBackendOptions:
     such as ``Gelu``. Lower it (down to 18, the oldest torchlib supports) when the models
     must load in an older ONNX Runtime."""
 
+    cuda_graphs: bool = False
+    """Replay each CUDA partition as a CUDA graph (ONNX Runtime's ``enable_cuda_graph``):
+    kernel launches cost one graph launch per call. Applies to sessions whose inputs
+    and outputs are all CUDA tensors of static shape and whose nodes all run on the CUDA
+    provider. Activations are copied into buffers bound once, parameters and buffers of
+    the module are bound where they live (no copy; in-place updates are seen), and the
+    outputs are copied out, so results stay valid after the next call. Where it cannot apply (CPU inputs,
+    symbolic dims, Python scalars, control flow, ORT refusing), the session runs
+    normally and ``SessionRecord.cuda_graph_note`` says why."""
+
     def __post_init__(self) -> None:
         for name in ("preferred_execution_providers", "default_execution_providers"):
             object.__setattr__(self, name, _normalize_providers(name, getattr(self, name)))
-        for name in ("infer_execution_providers", "preallocate_output", "use_aot_autograd"):
+        for name in (
+            "infer_execution_providers",
+            "preallocate_output",
+            "use_aot_autograd",
+            "freeze_parameters",
+            "cuda_graphs",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise errors.UnsupportedOptionError(
                     f"OrtBackendOptions.{name} must be True or False; "
                     f"got {getattr(self, name)!r}."
                 )
-        if not isinstance(self.freeze_parameters, bool):
-            raise errors.UnsupportedOptionError(
-                f"OrtBackendOptions.freeze_parameters must be True or False; "
-                f"got {self.freeze_parameters!r}."
-            )
         opset = self.opset_version
         if opset is not None and (
             isinstance(opset, bool)

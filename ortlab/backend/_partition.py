@@ -26,6 +26,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from ortlab.backend import _export, _runtime, _session, _torch_private, records
 
 if TYPE_CHECKING:
+    import onnx
+
     from ortlab.backend._backend import OrtBackend
 
 logger = logging.getLogger(__name__)
@@ -229,20 +231,26 @@ class OrtPartitionModule:
             available=_session.available_providers(),
             warned=backend._warned_providers,
         )
-        start = time.perf_counter()
-        session = _session.create_session(model_bytes, providers, options.ort_session_options)
-        session_seconds = time.perf_counter() - start
-        input_fx_values: Sequence[Any] = self._input_fx_values
-        output_fx_values: Sequence[Any] = self._output_fx_values
-        runner = _runtime.OrtRunner(
-            session,
-            proto,
-            input_fx_values=input_fx_values,
-            output_fx_values=output_fx_values,
+        runner_kwargs: dict[str, Any] = dict(
+            input_fx_values=self._input_fx_values,
+            output_fx_values=self._output_fx_values,
             args=args,
             frozen=frozen,
             preallocate_output=options.preallocate_output,
         )
+        start = time.perf_counter()
+        runner, graph_note = None, ""
+        if options.cuda_graphs:
+            runner, graph_note = self._create_cuda_graph_runner(
+                proto, model_bytes, providers, runner_kwargs
+            )
+        if runner is None:
+            session = _session.create_session(
+                model_bytes, providers, options.ort_session_options
+            )
+            runner = _runtime.OrtRunner(session, proto, **runner_kwargs)
+        session = runner.session
+        session_seconds = time.perf_counter() - start
         timings = dict(exported.timings)
         timings["session"] = session_seconds
         placeholders = record.input_names
@@ -265,11 +273,40 @@ class OrtPartitionModule:
             timings=timings,
             dump_files=dump_files,
             frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
+            cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
+            cuda_graph_note=graph_note,
         )
         record.sessions.append(session_record)
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
+
+    def _create_cuda_graph_runner(
+        self,
+        proto: onnx.ModelProto,
+        model_bytes: bytes,
+        providers: Sequence[_session.Provider],
+        runner_kwargs: dict[str, Any],
+    ) -> tuple[_runtime.OrtRunner | None, str]:
+        """A runner replaying a CUDA graph, or ``(None, why not)``."""
+        args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
+        slots = [i for i in range(len(args)) if i not in frozen]
+        why = _runtime.static_binding_blocker(proto, self._output_fx_values, args, slots)
+        if why:
+            return None, why
+        if providers[0][0] != _session.CUDA:
+            return None, f"the session's first execution provider is {providers[0][0]}"
+        with_graph = [
+            (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
+            for name, opts in providers
+        ]
+        try:
+            session = _session.create_session(
+                model_bytes, with_graph, self._backend.options.ort_session_options
+            )
+            return _runtime.StaticBindingRunner(session, proto, **runner_kwargs), ""
+        except Exception as e:  # e.g. a node ORT placed on the CPU provider
+            return None, f"{type(e).__name__}: {e}"
 
     def _fail(self, message: str) -> None:
         self._failed = True

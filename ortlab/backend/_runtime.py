@@ -11,6 +11,15 @@
 # scalars and SymInts become 0-d tensors of the dtype the model declares; a (1,)-shaped
 # tensor feeding a 0-d input is reshaped; bool outputs (uint8 through DLPack) are cast
 # back; outputs that Dynamo expects as Python scalars are ``.item()``-ed.
+#
+# CUDA: ORT's CUDA provider runs on its own stream, so the stream that produced the
+# inputs (torch's current one) is synchronized before ORT reads them; ORT synchronizes
+# its own stream at the end of a run, so its outputs are ready for torch.
+#
+# CUDA graphs (``StaticBindingRunner``): ORT captures the kernels of the first runs and
+# replays them, which requires the same device addresses on every run. Inputs are
+# copied into buffers bound once through an IOBinding, and outputs are cloned out of
+# the bound output buffers (the next replay overwrites them).
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import numpy as np
 import onnx
 import torch
 import torch.utils.dlpack
+
+from ortlab.backend import _torch_private
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -210,6 +221,10 @@ class OrtRunner:
         self.record: Any = None
         """The SessionRecord describing this session (set by the partition)."""
         self._device_cache: dict[torch.device, Any] = {}
+        # CUDA devices of the inputs: their current streams are synchronized before a run.
+        self._cuda_devices = tuple(
+            dict.fromkeys(s.device for s in self.specs if s.device.type == "cuda")
+        )
 
     @staticmethod
     def _check_output(value_info: onnx.ValueInfoProto, fx_value: Any) -> None:
@@ -322,11 +337,19 @@ class OrtRunner:
             shapes.append(tuple(shape))
         return shapes
 
+    def _sync_inputs(self) -> None:
+        """Waits for torch's pending work on the inputs' CUDA devices (ORT reads them on
+        another stream)."""
+        for device in self._cuda_devices:
+            torch.cuda.current_stream(device).synchronize()
+
     def run(self, args: Sequence[Any]) -> list[Any]:
         """Runs the session on the partition's arguments; returns its outputs in order."""
         specs = self.specs
         tensors = [spec.convert(args[slot]) for spec, slot in zip(specs, self.slots)]
         inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
+        if self._cuda_devices:
+            self._sync_inputs()
         outputs = self._C.OrtValueVector()
         prealloc = None
         if self.preallocate_output:
@@ -361,3 +384,123 @@ class OrtRunner:
         # Keep the inputs alive until ORT is done with their memory.
         del tensors
         return results
+
+
+_CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def static_binding_blocker(
+    proto: onnx.ModelProto, output_fx_values: Sequence[Any], args: Sequence[Any], slots: Any
+) -> str:
+    """Why a session of ``proto`` cannot run as a CUDA graph ("" when it can): every ONNX
+    input and output must be a CUDA tensor of static shape, with no control flow."""
+    graph = proto.graph
+    for name, slot in zip((i.name for i in graph.input), slots):
+        arg = args[slot]
+        if not isinstance(arg, torch.Tensor):
+            return f"input {name!r} is a Python scalar, not a CUDA tensor"
+        if arg.device.type != "cuda":
+            return f"input {name!r} is on {arg.device.type}, not CUDA"
+    for value_info, fx_value in zip(graph.output, output_fx_values):
+        if not isinstance(fx_value, torch.Tensor):
+            return f"output {value_info.name!r} is a Python scalar, not a tensor"
+        if fx_value.device.type != "cuda":
+            return f"output {value_info.name!r} is on {fx_value.device.type}, not CUDA"
+    for value_info in graph.input:
+        dims = value_info.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):
+            return (
+                f"input {value_info.name!r} has symbolic dims; CUDA graphs need static "
+                "shapes (torch.compile(dynamic=False) or "
+                "OrtBackendOptions(dynamic_shapes=False))"
+            )
+        if any(d.dim_value == 0 for d in dims):
+            return f"input {value_info.name!r} is empty"
+    ops = sorted({n.op_type for n in graph.node} & _CONTROL_FLOW_OPS)
+    if ops:
+        return f"the model has control flow ({', '.join(ops)}), which CUDA graphs cannot hold"
+    return ""
+
+
+class StaticBindingRunner(OrtRunner):
+    """Runs a session through one IOBinding whose buffers never move (what ORT's CUDA
+    graphs need): each call copies its arguments into the bound input buffers and
+    returns copies of the bound output buffers.
+
+    Only for sessions that :func:`static_binding_blocker` accepts (all tensors, static
+    shapes); works on any device, CUDA graphs or not.
+    """
+
+    def __init__(
+        self, session: onnxruntime.InferenceSession, proto: onnx.ModelProto, **kwargs: Any
+    ) -> None:
+        super().__init__(session, proto, **kwargs)
+        shapes = self._output_shapes(kwargs["args"])
+        if shapes is None:
+            raise ValueError("the output shapes do not follow from the input shapes")
+        if any(0 in shape for shape in shapes):
+            raise ValueError("an output is empty (nothing to bind)")
+        # Module state (parameters, buffers) keeps its address from call to call: it is
+        # bound as it is, so weights are not copied on every call, and in-place updates
+        # are seen. A call whose tensor lives elsewhere (e.g. after ``param.data = ...``)
+        # does not match this runner, which is bound to the old address.
+        args = kwargs["args"]
+        self._direct = tuple(
+            (i, args[slot].detach())  # holds the storage, even after ``.data = ...``
+            for i, (spec, slot) in enumerate(zip(self.specs, self.slots))
+            if _torch_private.is_module_state(args[slot])
+            and args[slot].is_contiguous()
+            and tuple(args[slot].shape) == spec.dims
+        )
+        direct = dict(self._direct)
+        self._in_buffers = [
+            direct[i]
+            if i in direct
+            else torch.empty(tuple(spec.dims), dtype=spec.dtype, device=spec.device)  # type: ignore[arg-type]
+            for i, spec in enumerate(self.specs)
+        ]
+        self._copied = tuple(
+            (self._in_buffers[i], spec, slot)
+            for i, (spec, slot) in enumerate(zip(self.specs, self.slots))
+            if i not in direct
+        )
+        self._direct_checks = tuple(
+            (self.slots[i], tensor.data_ptr()) for i, tensor in self._direct
+        )
+        self._out_buffers = [
+            torch.empty(shape, dtype=v.dtype, device=device)
+            for shape, v, device in zip(
+                shapes, self.output_fx_values, self.output_torch_devices
+            )
+        ]
+        binding = session.io_binding()
+        for name, buffer in zip(self.input_names, self._in_buffers):
+            _bind(binding.bind_input, name, buffer)
+        for name, buffer in zip(self.output_names, self._out_buffers):
+            _bind(binding.bind_output, name, buffer)
+        self._binding = binding._iobinding
+
+    def matches(self, args: Sequence[Any]) -> bool:
+        for slot, data_ptr in self._direct_checks:
+            arg = args[slot]
+            if not isinstance(arg, torch.Tensor) or arg.data_ptr() != data_ptr:
+                return False
+        return super().matches(args)
+
+    def run(self, args: Sequence[Any]) -> list[Any]:
+        for buffer, spec, slot in self._copied:
+            buffer.copy_(spec.convert(args[slot]))
+        self._sync_inputs()
+        self._sess.run_with_iobinding(self._binding, self.run_options)
+        return [buffer.clone() for buffer in self._out_buffers]
+
+
+def _bind(bind: Any, name: str, tensor: torch.Tensor) -> None:
+    bind(
+        name,
+        tensor.device.type,
+        tensor.device.index or 0,
+        _TORCH_TO_NUMPY[tensor.dtype],
+        tuple(tensor.shape),
+        tensor.data_ptr(),
+    )

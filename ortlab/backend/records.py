@@ -135,6 +135,11 @@ class SessionRecord:
     """Partition inputs baked into the model as initializers (``freeze_parameters``)."""
     active: bool = True
     """``False`` once the session was evicted from the cache (or cleared)."""
+    cuda_graph: bool = False
+    """The session replays its work as a CUDA graph (option ``cuda_graphs``)."""
+    cuda_graph_note: str = ""
+    """With ``cuda_graphs`` on, why this session runs without a CUDA graph ("" when it
+    has one, or when the option is off)."""
 
     @property
     def input_schema(self) -> tuple[str, ...]:
@@ -170,7 +175,14 @@ class SessionRecord:
             ("session creation", f"{self.session_seconds * 1e3:.1f} ms"),
             ("runs", self.run_count),
         ]
+        if self.cuda_graph or self.cuda_graph_note:
+            rows.append(("CUDA graph", cuda_graph_text(self)))
         return _html.block("ONNX Runtime session", _html.table(("", ""), rows))
+
+
+def cuda_graph_text(session: SessionRecord) -> str:
+    """ "yes", or "no: <why>" when ``cuda_graphs`` was asked for and could not apply."""
+    return "yes" if session.cuda_graph else f"no: {session.cuda_graph_note}"
 
 
 @dataclasses.dataclass

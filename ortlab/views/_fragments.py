@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import collections
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ortlab import _html
+from ortlab.backend import records
 from ortlab.views import _dot, _graphs, _plots, _tables
-
-if TYPE_CHECKING:
-    from ortlab.backend import records
 
 CSS = """
 .ortlab-root { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -192,6 +190,8 @@ def onnx_model_info(session: records.SessionRecord) -> str:
     ]
     if session.frozen_inputs:
         rows.append(("frozen inputs", ", ".join(session.frozen_inputs)))
+    if session.cuda_graph or session.cuda_graph_note:
+        rows.append(("CUDA graph", records.cuda_graph_text(session)))
     return _html.table(("", ""), rows)
 
 
@@ -217,7 +217,6 @@ def summary_html(obj: Any, headline: str = "") -> str:
 
 def session_timings_html(obj: Any) -> str:
     """Seconds per compile step for each session (milliseconds, one row per session)."""
-    from ortlab.backend import records
     from ortlab.views import _subjects
 
     steps = records.SESSION_STEPS
