@@ -410,13 +410,17 @@ def test_cuda_graphs_on_cpu_inputs_run_normally_and_say_why():
     (session,) = backend.sessions
     assert session.cuda_graph is False
     assert session.cuda_graph_note.endswith("is on cpu, not CUDA")
-    assert "CUDA graph" in session._repr_html_() and "is on cpu" in session._repr_html_()
+    from ortlab.views import _fragments
+
+    for html in (session._repr_html_(), _fragments.onnx_model_info(session)):
+        assert "CUDA graph" in html and "no: " in html and "is on cpu" in html
     # With the option off there is nothing to explain.
     plain = OrtBackend()
     compiled, _ = _compile(f, plain, dynamic=False)
     compiled(x)
     assert plain.sessions[0].cuda_graph_note == ""
     assert "CUDA graph" not in plain.sessions[0]._repr_html_()
+    assert "CUDA graph" not in _fragments.onnx_model_info(plain.sessions[0])
 
 
 def test_cuda_graphs_option_must_be_a_bool():
