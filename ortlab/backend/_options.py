@@ -137,9 +137,9 @@ class OrtBackendOptions:
     and outputs are all CUDA tensors of static shape and whose nodes all run on the CUDA
     provider. Activations are copied into buffers bound once, parameters and buffers of
     the module are bound where they live (no copy; in-place updates are seen), and the
-    outputs are copied out, so results stay valid after the next call. Where it cannot apply (CPU inputs,
-    symbolic dims, Python scalars, control flow, ORT refusing), the session runs
-    normally and ``SessionRecord.cuda_graph_note`` says why."""
+    outputs are copied out, so results stay valid after the next call. Where it cannot
+    apply (CPU inputs, symbolic dims, Python scalars, control flow, ORT refusing), the
+    session runs normally and ``SessionRecord.cuda_graph_note`` says why."""
 
     def __post_init__(self) -> None:
         for name in ("preferred_execution_providers", "default_execution_providers"):
