@@ -330,12 +330,12 @@ def _static_partition():
     return f, session.model, inputs, outputs, (x, y)
 
 
-def test_static_binding_runner_copies_through_fixed_buffers():
+def _static_runner(proto, inputs, outputs, args):
+    """A StaticBindingRunner on a CPU session (the fixed-buffer path, without CUDA)."""
     from ortlab.backend import _runtime, _session
 
-    f, proto, inputs, outputs, args = _static_partition()
     session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
-    runner = _runtime.StaticBindingRunner(
+    return _runtime.StaticBindingRunner(
         session,
         proto,
         input_fx_values=inputs,
@@ -344,6 +344,12 @@ def test_static_binding_runner_copies_through_fixed_buffers():
         frozen={},
         preallocate_output=False,
     )
+
+
+def test_static_binding_runner_copies_through_fixed_buffers():
+
+    f, proto, inputs, outputs, args = _static_partition()
+    runner = _static_runner(proto, inputs, outputs, args)
     bound = [b.data_ptr() for b in (*runner._in_buffers, *runner._out_buffers)]
     first = runner.run(args)
     kept = [t.clone() for t in first]
@@ -429,20 +435,10 @@ def test_cuda_graphs_option_must_be_a_bool():
 
 
 def test_static_binding_runner_binds_module_state_in_place():
-    from ortlab.backend import _runtime, _session
 
     f, proto, inputs, outputs, (x, y) = _static_partition()
     weight = torch.nn.Parameter(y.clone(), requires_grad=False)
-    session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
-    runner = _runtime.StaticBindingRunner(
-        session,
-        proto,
-        input_fx_values=inputs,
-        output_fx_values=outputs,
-        args=(x, weight),
-        frozen={},
-        preallocate_output=False,
-    )
+    runner = _static_runner(proto, inputs, outputs, (x, weight))
     # Bound where it lives: no copy per call.
     assert runner._in_buffers[1].data_ptr() == weight.data_ptr()
     assert runner._in_buffers[0] is not x  # activations go through a fixed buffer

@@ -290,7 +290,7 @@ class OrtPartitionModule:
     ) -> tuple[_runtime.OrtRunner | None, str]:
         """A runner replaying a CUDA graph, or ``(None, why not)``."""
         args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
-        slots = [i for i in range(len(args)) if i not in frozen]
+        slots = _runtime.input_slots(len(args), frozen)
         why = _runtime.static_binding_blocker(proto, self._output_fx_values, args, slots)
         if why:
             return None, why

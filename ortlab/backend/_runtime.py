@@ -24,7 +24,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -141,6 +141,12 @@ class _InputSpec:
         return tensor
 
 
+def input_slots(count: int, frozen: Mapping[int, Any]) -> tuple[int, ...]:
+    """Positions among a partition's ``count`` arguments that are ONNX inputs (the
+    frozen ones are initializers)."""
+    return tuple(i for i in range(count) if i not in frozen)
+
+
 def _frozen_changed(check: tuple[int, torch.Tensor, int, int], args: Sequence[Any]) -> bool:
     """Whether the argument at a frozen position is no longer the frozen tensor as it was
     (another tensor, written in place, or its storage swapped by ``.data = ...``)."""
@@ -180,7 +186,7 @@ class OrtRunner:
             (i, t, t._version, t.data_ptr()) for i, t in sorted(frozen.items())
         )
         # Positions (among the partition's placeholders) that are ONNX inputs.
-        self.slots = tuple(i for i in range(len(input_fx_values)) if i not in frozen)
+        self.slots = input_slots(len(input_fx_values), frozen)
         if len(self.slots) != len(self.input_names):
             raise ValueError(
                 f"the ONNX model has {len(self.input_names)} inputs but the partition passes "
@@ -390,7 +396,10 @@ _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 
 
 def static_binding_blocker(
-    proto: onnx.ModelProto, output_fx_values: Sequence[Any], args: Sequence[Any], slots: Any
+    proto: onnx.ModelProto,
+    output_fx_values: Sequence[Any],
+    args: Sequence[Any],
+    slots: Sequence[int],
 ) -> str:
     """Why a session of ``proto`` cannot run as a CUDA graph ("" when it can): every ONNX
     input and output must be a CUDA tensor of static shape, with no control flow."""
@@ -424,8 +433,8 @@ def static_binding_blocker(
 
 class StaticBindingRunner(OrtRunner):
     """Runs a session through one IOBinding whose buffers never move (what ORT's CUDA
-    graphs need): each call copies its arguments into the bound input buffers and
-    returns copies of the bound output buffers.
+    graphs need): each call copies its activations into the bound input buffers (module
+    state is bound where it lives) and returns copies of the bound output buffers.
 
     Only for sessions that :func:`static_binding_blocker` accepts (all tensors, static
     shapes); works on any device, CUDA graphs or not.
@@ -444,29 +453,23 @@ class StaticBindingRunner(OrtRunner):
         # bound as it is, so weights are not copied on every call, and in-place updates
         # are seen. A call whose tensor lives elsewhere (e.g. after ``param.data = ...``)
         # does not match this runner, which is bound to the old address.
-        args = kwargs["args"]
-        self._direct = tuple(
-            (i, args[slot].detach())  # holds the storage, even after ``.data = ...``
-            for i, (spec, slot) in enumerate(zip(self.specs, self.slots))
-            if _torch_private.is_module_state(args[slot])
-            and args[slot].is_contiguous()
-            and tuple(args[slot].shape) == spec.dims
-        )
-        direct = dict(self._direct)
-        self._in_buffers = [
-            direct[i]
-            if i in direct
-            else torch.empty(tuple(spec.dims), dtype=spec.dtype, device=spec.device)  # type: ignore[arg-type]
-            for i, spec in enumerate(self.specs)
-        ]
-        self._copied = tuple(
-            (self._in_buffers[i], spec, slot)
-            for i, (spec, slot) in enumerate(zip(self.specs, self.slots))
-            if i not in direct
-        )
-        self._direct_checks = tuple(
-            (self.slots[i], tensor.data_ptr()) for i, tensor in self._direct
-        )
+        self._in_buffers: list[torch.Tensor] = []
+        copied, direct_checks = [], []
+        for spec, slot in zip(self.specs, self.slots):
+            arg = kwargs["args"][slot]
+            if (
+                _torch_private.is_module_state(arg)
+                and arg.is_contiguous()
+                and tuple(arg.shape) == spec.dims
+            ):
+                buffer = arg.detach()  # holds the storage, even after ``.data = ...``
+                direct_checks.append((slot, buffer.data_ptr()))
+            else:
+                buffer = torch.empty(spec.dims, dtype=spec.dtype, device=spec.device)  # type: ignore[arg-type]
+                copied.append((buffer, spec, slot))
+            self._in_buffers.append(buffer)
+        self._copied = tuple(copied)
+        self._direct_checks = tuple(direct_checks)
         self._out_buffers = [
             torch.empty(shape, dtype=v.dtype, device=device)
             for shape, v, device in zip(
