@@ -380,8 +380,10 @@ def test_static_binding_blocker_names_what_stands_in_the_way():
     _, proto, _, outputs, args = _static_partition()
     first = proto.graph.input[0].name
 
-    def blocker(model=proto, args=args, outputs=outputs):
-        return _runtime.static_binding_blocker(model, outputs, args, (0, 1))
+    def blocker(model=proto, args=args, outputs=outputs, provider="CUDAExecutionProvider"):
+        return _runtime.static_binding_blocker(
+            model, outputs, args, (0, 1), first_provider=provider
+        )
 
     assert blocker() == f"input {first!r} is on cpu, not CUDA"
     assert "is a Python scalar" in blocker(args=(3, args[1]))
@@ -392,6 +394,9 @@ def test_static_binding_blocker_names_what_stands_in_the_way():
             torch.empty(o.shape, dtype=o.dtype, device="cuda") for o in outputs
         )
     assert blocker(args=cuda_args, outputs=cuda_outputs) == ""
+    assert blocker(args=cuda_args, outputs=cuda_outputs, provider="CPUExecutionProvider") == (
+        "the session's first execution provider is CPUExecutionProvider"
+    )
     assert "is on cpu, not CUDA" in blocker(
         args=cuda_args, outputs=(cuda_outputs[0], outputs[1])
     )
@@ -416,6 +421,7 @@ def test_cuda_graphs_on_cpu_inputs_run_normally_and_say_why():
     (session,) = backend.sessions
     assert session.cuda_graph is False
     assert session.cuda_graph_note.endswith("is on cpu, not CUDA")
+    assert session.cuda_graph_status == f"no: {session.cuda_graph_note}"
     from ortlab.views import _fragments
 
     for html in (session._repr_html_(), _fragments.onnx_model_info(session)):
@@ -424,7 +430,7 @@ def test_cuda_graphs_on_cpu_inputs_run_normally_and_say_why():
     plain = OrtBackend()
     compiled, _ = _compile(f, plain, dynamic=False)
     compiled(x)
-    assert plain.sessions[0].cuda_graph_note == ""
+    assert plain.sessions[0].cuda_graph_note == "" == plain.sessions[0].cuda_graph_status
     assert "CUDA graph" not in plain.sessions[0]._repr_html_()
     assert "CUDA graph" not in _fragments.onnx_model_info(plain.sessions[0])
 

@@ -291,11 +291,11 @@ class OrtPartitionModule:
         """A runner replaying a CUDA graph, or ``(None, why not)``."""
         args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
         slots = _runtime.input_slots(len(args), frozen)
-        why = _runtime.static_binding_blocker(proto, self._output_fx_values, args, slots)
+        why = _runtime.static_binding_blocker(
+            proto, self._output_fx_values, args, slots, first_provider=providers[0][0]
+        )
         if why:
             return None, why
-        if providers[0][0] != _session.CUDA:
-            return None, f"the session's first execution provider is {providers[0][0]}"
         with_graph = [
             (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
             for name, opts in providers

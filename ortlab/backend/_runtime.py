@@ -32,7 +32,7 @@ import onnx
 import torch
 import torch.utils.dlpack
 
-from ortlab.backend import _torch_private
+from ortlab.backend import _session, _torch_private
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -400,9 +400,12 @@ def static_binding_blocker(
     output_fx_values: Sequence[Any],
     args: Sequence[Any],
     slots: Sequence[int],
+    *,
+    first_provider: str,
 ) -> str:
     """Why a session of ``proto`` cannot run as a CUDA graph ("" when it can): every ONNX
-    input and output must be a CUDA tensor of static shape, with no control flow."""
+    input and output must be a CUDA tensor of static shape, with no control flow, and the
+    session's first execution provider must be CUDA's."""
     graph = proto.graph
     for name, slot in zip((i.name for i in graph.input), slots):
         arg = args[slot]
@@ -428,6 +431,8 @@ def static_binding_blocker(
     ops = sorted({n.op_type for n in graph.node} & _CONTROL_FLOW_OPS)
     if ops:
         return f"the model has control flow ({', '.join(ops)}), which CUDA graphs cannot hold"
+    if first_provider != _session.CUDA:
+        return f"the session's first execution provider is {first_provider}"
     return ""
 
 

@@ -142,6 +142,14 @@ class SessionRecord:
     has one, or when the option is off)."""
 
     @property
+    def cuda_graph_status(self) -> str:
+        """ "yes", "no: <why>" when ``cuda_graphs`` was asked for and could not apply, or ""
+        when the option was off."""
+        if self.cuda_graph:
+            return "yes"
+        return f"no: {self.cuda_graph_note}" if self.cuda_graph_note else ""
+
+    @property
     def input_schema(self) -> tuple[str, ...]:
         """Input types as text, e.g. ``("float32[s0,2]",)``."""
         return tuple(value_info_text(v) for v in self.input_value_infos)
@@ -175,14 +183,9 @@ class SessionRecord:
             ("session creation", f"{self.session_seconds * 1e3:.1f} ms"),
             ("runs", self.run_count),
         ]
-        if self.cuda_graph or self.cuda_graph_note:
-            rows.append(("CUDA graph", cuda_graph_text(self)))
+        if self.cuda_graph_status:
+            rows.append(("CUDA graph", self.cuda_graph_status))
         return _html.block("ONNX Runtime session", _html.table(("", ""), rows))
-
-
-def cuda_graph_text(session: SessionRecord) -> str:
-    """ "yes", or "no: <why>" when ``cuda_graphs`` was asked for and could not apply."""
-    return "yes" if session.cuda_graph else f"no: {session.cuda_graph_note}"
 
 
 @dataclasses.dataclass

@@ -190,8 +190,8 @@ def onnx_model_info(session: records.SessionRecord) -> str:
     ]
     if session.frozen_inputs:
         rows.append(("frozen inputs", ", ".join(session.frozen_inputs)))
-    if session.cuda_graph or session.cuda_graph_note:
-        rows.append(("CUDA graph", records.cuda_graph_text(session)))
+    if session.cuda_graph_status:
+        rows.append(("CUDA graph", session.cuda_graph_status))
     return _html.table(("", ""), rows)
 
 
