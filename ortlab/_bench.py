@@ -259,9 +259,9 @@ def bench(
         min_time: Seconds of timed calls per backend when ``iters`` is ``None``.
         min_iters: Least number of timed calls when ``iters`` is ``None``.
         max_iters: Most timed calls when ``iters`` is ``None``.
-        interleave: Time the backends in rounds of short blocks of calls, in rotating
+        interleave: Time the backends in rounds of ~50 ms blocks of calls, in rotating
             order, so that a change of machine load during the run reaches every
-            backend alike (the first call of each block is run but not timed: it pays
+            backend alike (each block starts with >= 10 ms of untimed calls: they pay
             for the switch from another backend). ``False``: one backend after another.
         threads: torch intra-op threads for the run (ONNX Runtime gets the same);
             ``None`` keeps the current setting. Restored afterwards.

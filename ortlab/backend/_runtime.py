@@ -179,7 +179,6 @@ class OrtRunner:
         self.session = session
         self.input_names = tuple(i.name for i in proto.graph.input)
         self.output_names = tuple(o.name for o in proto.graph.output)
-        self.frozen = frozen
         # What a frozen tensor must still have for this session to serve it: its version
         # (in-place writes) and data pointer (``param.data = ...`` swaps the storage).
         self._frozen_checks = tuple(
