@@ -220,7 +220,7 @@ def _export_retrace(
                 dynamo=True,
                 verbose=False,
                 optimize=False,
-                opset_version=opset_version or _torch_private.default_opset(),
+                opset_version=opset_version,  # None: the exporter's default
             )
 
     # A partition's first call runs inside AOTAutograd's runtime, whose thread-local
