@@ -1,10 +1,10 @@
-"""The built-in example models: what they are, how to build them and feed them.
+"""The teaching tier of the zoo: seven small models written for the lab.
 
-Each :class:`ZooModel` bundles a deterministic builder, deterministic example inputs for any
-batch size, the batch-size sweep the notebooks and benchmarks use, and the tolerances an
-ONNX Runtime result is expected to meet against eager PyTorch. Two models are deliberately
-awkward for the backend: ``"custom_op"`` holds an op with no ONNX translation and
-``"data_dependent"`` has a data-dependent output shape, so parts of both stay in eager.
+Each is a :class:`~ortlab.zoo.ZooModel` with a deterministic builder, deterministic example
+inputs for any batch size, the batch-size sweep the notebooks and benchmarks use, and the
+tolerances an ONNX Runtime result is expected to meet against eager PyTorch. Two models are
+deliberately awkward for the backend: ``"custom_op"`` holds an op with no ONNX translation
+and ``"data_dependent"`` has a data-dependent output shape, so parts of both stay in eager.
 
 Importing this module is cheap: ``transformers`` is imported only when ``"tiny_llama"``
 is built, and the custom op is registered only when ``"custom_op"`` is built.
@@ -12,112 +12,14 @@ is built, and the custom op is registered only when ``"custom_op"`` is built.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-from collections.abc import Callable, Mapping
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ortlab import errors
-
-__all__ = ["ZooModel", "all_models", "get", "names"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ZooModel:
-    """One example model of the zoo.
-
-    Attributes:
-        name: Short identifier, e.g. ``"mlp"``; the key of :func:`get`.
-        description: One line for tables.
-        build: Builds a fresh model, deterministically (same weights on every call), in
-            ``eval()`` mode.
-        make_inputs: Returns the example positional inputs for a batch size,
-            deterministically.
-        batch_sizes: The batch-size sweep, ascending; several sizes above 1 and usually 1.
-        default_batch: The batch size used when none is given; one of ``batch_sizes``.
-        trainable: Whether gradients make sense (floating parameters on the path to the
-            output and a differentiable graph).
-        atol: Absolute tolerance an ONNX Runtime result (float32) should meet against eager.
-        rtol: Relative tolerance an ONNX Runtime result (float32) should meet against eager.
-        dynamo_config: ``torch._dynamo.config`` overrides the model needs, e.g.
-            ``{"capture_dynamic_output_shape_ops": True}``; apply them with
-            ``torch._dynamo.config.patch(**model.dynamo_config)``. Stored read-only.
-        expects_fallback: True when part of the model is expected to stay in eager PyTorch
-            (an op without an ONNX translation, a data-dependent op).
-    """
-
-    name: str
-    description: str
-    build: Callable[[], nn.Module]
-    make_inputs: Callable[[int], tuple]
-    batch_sizes: tuple[int, ...]
-    default_batch: int
-    trainable: bool
-    atol: float
-    rtol: float
-    # hash=False: a mappingproxy is unhashable, and leaving it out keeps ZooModel hashable.
-    dynamo_config: Mapping[str, object] = dataclasses.field(
-        default_factory=lambda: types.MappingProxyType({}), hash=False
-    )
-    expects_fallback: bool = False
-
-    def __post_init__(self) -> None:
-        # Copy, so that mutating the dict passed in cannot change a frozen ZooModel.
-        object.__setattr__(
-            self, "dynamo_config", types.MappingProxyType(dict(self.dynamo_config))
-        )
-        object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))
-        if self.default_batch not in self.batch_sizes:
-            raise errors.UnsupportedOptionError(
-                f"ZooModel {self.name!r}: default_batch={self.default_batch} is not one of "
-                f"batch_sizes={self.batch_sizes}; add it to the sweep or pick one of them."
-            )
-
-    def example_inputs(self, batch: int | None = None) -> tuple:
-        """Returns the example positional inputs for ``batch``.
-
-        Args:
-            batch: Batch size; ``None`` means :attr:`default_batch`. Any size >= 1 works,
-                not only those of :attr:`batch_sizes`.
-
-        Returns:
-            The positional inputs, ready for ``model(*inputs)``.
-        """
-        if batch is None:
-            batch = self.default_batch
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise errors.UnsupportedOptionError(
-                f"ZooModel {self.name!r}: batch must be an int >= 1, got {batch!r}."
-            )
-        return self.make_inputs(batch)
-
-    def instantiate(self, batch: int | None = None) -> tuple[nn.Module, tuple]:
-        """Builds a fresh model together with its example inputs.
-
-        Args:
-            batch: Batch size of the inputs; ``None`` means :attr:`default_batch`.
-
-        Returns:
-            ``(model, inputs)`` with ``model(*inputs)`` ready to run.
-        """
-        return self.build(), self.example_inputs(batch)
-
-
-def _seeded_build(factory: Callable[[], nn.Module]) -> nn.Module:
-    # fork_rng so that building a model never moves the caller's global RNG; devices=[]
-    # because the zoo builds on CPU and forking CUDA RNGs would initialise CUDA.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = factory()
-    return model.eval()
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
+from ortlab.zoo._model import ZooModel
+from ortlab.zoo._model import generator as _generator
+from ortlab.zoo._model import seeded_build as _seeded_build
 
 # --- mlp ---------------------------------------------------------------------------------
 
@@ -398,7 +300,7 @@ def _data_dependent_inputs(batch: int) -> tuple:
 
 # --- registry ----------------------------------------------------------------------------
 
-_MODELS: tuple[ZooModel, ...] = (
+MODELS: tuple[ZooModel, ...] = (
     ZooModel(
         name="mlp",
         description="2-4-2 MLP with sigmoids (the smallest possible graph)",
@@ -480,35 +382,3 @@ _MODELS: tuple[ZooModel, ...] = (
         expects_fallback=True,
     ),
 )
-
-_BY_NAME: dict[str, ZooModel] = {m.name: m for m in _MODELS}
-
-
-def names() -> tuple[str, ...]:
-    """Returns the names of the zoo models, in presentation order."""
-    return tuple(m.name for m in _MODELS)
-
-
-def get(name: str) -> ZooModel:
-    """Returns the zoo model called ``name``.
-
-    Args:
-        name: One of :func:`names`.
-
-    Returns:
-        The :class:`ZooModel`.
-
-    Raises:
-        UnsupportedOptionError: ``name`` is not a zoo model.
-    """
-    try:
-        return _BY_NAME[name]
-    except (KeyError, TypeError):
-        raise errors.UnsupportedOptionError(
-            f"Unknown zoo model {name!r}; choose one of: {', '.join(names())}."
-        ) from None
-
-
-def all_models() -> tuple[ZooModel, ...]:
-    """Returns every zoo model, in the order of :func:`names`."""
-    return _MODELS
