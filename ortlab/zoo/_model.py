@@ -14,7 +14,7 @@ from ortlab import errors
 TIERS = ("teaching", "corpus")
 """The zoo's tiers: hand-written teaching models, and the public-architecture corpus."""
 
-FAMILIES = ("vision", "text", "audio", "decoder", "encoder-decoder", "multimodal")
+FAMILIES = ("vision", "text", "decoder", "encoder-decoder", "audio", "multimodal")
 """The families of the corpus tier, in presentation order."""
 
 
