@@ -156,3 +156,58 @@ def test_promoted_graphs_give_pytorch_dtypes_and_values(fn, args):
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
     assert compiled.ortlab_backend.execution_count == 1
+
+
+# -- used by the lab (numerics, bench, magic) ----------------------------------------------
+
+
+def test_tree_helpers_flatten_map_and_name_nested_values():
+    value = (torch.ones(1), {"a": 2, "b": [None, torch.zeros(2)]})
+    leaves = _torch_private.tree_leaves(value)
+    assert [type(v).__name__ for v in leaves] == ["Tensor", "int", "NoneType", "Tensor"]
+    doubled = _torch_private.tree_map(lambda v: v * 2 if isinstance(v, int) else v, value)
+    assert doubled[1]["a"] == 4 and doubled[0] is value[0]
+    paths = [p for p, _ in _torch_private.tree_named_leaves(value)]
+    assert paths == ["[0]", "[1]['a']", "[1]['b'][0]", "[1]['b'][1]"]
+    assert _torch_private.tree_named_leaves(torch.ones(1))[0][0] == ""
+
+
+def test_compiled_original_is_what_torch_compile_wrapped():
+    net = torch.nn.Linear(2, 2)
+
+    def fn(x):
+        return x + 1
+
+    assert _torch_private.compiled_original(torch.compile(net)) is net
+    assert _torch_private.compiled_original(torch.compile(fn)) is fn
+    assert _torch_private.compiled_original(net) is None
+    assert _torch_private.compiled_original(fn) is None
+
+
+def test_is_op_overload_tells_aten_overloads_from_python_callables():
+    import operator
+
+    assert _torch_private.is_op_overload(torch.ops.aten.add.Tensor)
+    assert not _torch_private.is_op_overload(torch.ops.aten.add)  # the packet
+    assert not _torch_private.is_op_overload(operator.getitem)
+
+
+def test_dynamo_config_patch_applies_settings_and_reset_forgets_compiled_frames():
+    before = torch._dynamo.config.recompile_limit
+    with _torch_private.dynamo_config_patch({"recompile_limit": before + 1}):
+        assert torch._dynamo.config.recompile_limit == before + 1
+    assert torch._dynamo.config.recompile_limit == before
+
+    calls = []
+
+    def counting_backend(gm, example_inputs):
+        calls.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(lambda x: x.sin(), backend=counting_backend)
+    compiled(torch.ones(2))
+    compiled(torch.ones(2))
+    assert len(calls) == 1
+    _torch_private.reset_dynamo()
+    compiled(torch.ones(2))
+    assert len(calls) == 2

@@ -15,6 +15,7 @@ from ortlab.backend._backend import (
 )
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
+from ortlab.backend._standalone import StandaloneSession, create_session, merge_options
 from ortlab.backend._support import OrtOperatorSupport
 from ortlab.backend.records import (
     GraphRecord,
@@ -33,7 +34,10 @@ __all__ = [
     "compile",
     "backend_of",
     "warm_up",
-    # Sessions (for tools that make their own ONNX Runtime sessions, e.g. diff and bench)
+    "merge_options",
+    # Sessions outside a compiled graph (the numerics' debug models, the bench's ORT floor)
+    "create_session",
+    "StandaloneSession",
     "available_providers",
     "default_session_options",
     # Support

@@ -337,3 +337,61 @@ def is_fake(value: Any) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(value, FakeTensor)
+
+
+# -- used by the lab (numerics, bench, magic) ----------------------------------------------
+#
+#   torch.utils._pytree                     leaves, maps and key paths of nested outputs
+#   OptimizedModule._orig_mod               what torch.compile wrapped (a module) ...
+#   fn._torchdynamo_orig_callable           ... or a function
+#   torch._ops.OpOverload                   an ATen op overload (its text names the op)
+#   torch._dynamo.config.patch / reset      a model's Dynamo settings; a clean Dynamo cache
+
+
+def tree_leaves(value: Any) -> list[Any]:
+    """The leaves of a nested structure (tuples, lists, dicts, registered outputs such as
+    ``transformers``' ``ModelOutput``), in order; ``None`` is a leaf."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_leaves(value)
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``value`` with every leaf replaced by ``fn(leaf)``, structure kept."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(fn, value)
+
+
+def tree_named_leaves(value: Any) -> list[tuple[str, Any]]:
+    """``(key path, leaf)`` for every leaf: ``("[0]['logits']", tensor)``; a value that
+    is itself a leaf has the path ``""``."""
+    import torch.utils._pytree as pytree
+
+    paths = pytree.tree_flatten_with_path(value)[0]
+    return [(pytree.keystr(path), leaf) for path, leaf in paths]
+
+
+def compiled_original(fn: Any) -> Any:
+    """What ``torch.compile`` wrapped in ``fn`` (a module or a function), or ``None`` when
+    ``fn`` is not a ``torch.compile``-d callable."""
+    original = getattr(fn, "_orig_mod", None)  # OptimizedModule
+    if isinstance(original, torch.nn.Module):
+        return original
+    original = getattr(fn, "_torchdynamo_orig_callable", None)  # a compiled function
+    return original if callable(original) else None
+
+
+def is_op_overload(target: Any) -> bool:
+    """Whether an FX node's target is an ATen/prims op overload (``aten.add.Tensor``)."""
+    return isinstance(target, torch._ops.OpOverload)
+
+
+def dynamo_config_patch(config: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """A context manager applying Dynamo settings (a zoo model's ``dynamo_config``)."""
+    return torch._dynamo.config.patch(config)
+
+
+def reset_dynamo() -> None:
+    """Forgets every compiled frame (Dynamo's caches and recompile counters)."""
+    torch._dynamo.reset()
