@@ -1,0 +1,93 @@
+"""What every lab tool does around a call: unwrap it, call it afresh, flatten what it returns.
+
+The numerics, the benchmarks, the demo and ``%ortcompile`` all take a user's callable
+(perhaps already ``torch.compile``-d), compile it again, run it and compare or time its
+outputs. The few steps they share are here, once, with one rule each:
+
+- :func:`unwrap_compiled`: a ``torch.compile``-d module or function is replaced by what
+  was compiled (compiling a compiled callable would nest compilers: "eager" would not be
+  eager);
+- :func:`fresh_entry`: a function with a code object of its own around a callable.
+  Dynamo caches compiled code per code object: several compilations of one ``forward``
+  (one per backend, per sweep configuration, per magic call) would pile their cache
+  entries onto it and hit the recompile limit, after which Dynamo silently runs eager;
+- :func:`named_leaves` / :func:`tensor_leaves`: the values of a nested output, in order
+  (``"output[0]['logits']"``), whatever the nesting (tuples, lists, dicts, registered
+  output classes such as ``transformers``' ``ModelOutput``);
+- :func:`in_notebook` / :func:`interactive`: whether widgets can be shown, and whether a
+  progress bar has anyone to read it.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ortlab.backend import _torch_private
+
+
+def unwrap_compiled(fn: Any) -> Any:
+    """The module or function behind a ``torch.compile``-d ``fn`` (``fn`` itself when it
+    was not compiled)."""
+    original = _torch_private.compiled_original(fn)
+    return fn if original is None else original
+
+
+def fresh_entry(
+    target: Callable[..., Any], *, name: str, kwargs: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """A function calling ``target(*args, **kwargs)`` whose code object is brand new.
+
+    Args:
+        target: What the function calls.
+        name: The function's (and its code object's) name, shown in Dynamo's logs.
+        kwargs: Keyword arguments bound for every call.
+    """
+    bound = dict(kwargs or {})
+
+    def call(*args: Any) -> Any:
+        return target(*args, **bound)
+
+    code = call.__code__.replace(co_name=name)
+    return types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+
+
+def named_leaves(value: Any, root: str = "output") -> list[tuple[str, Any]]:
+    """``(name, leaf)`` for every value in a nested output, in order.
+
+    A single value is named ``root``; values inside a structure ``root`` followed by
+    their key path: ``"output[0]"``, ``"output['logits']"``.
+    """
+    return [(root + path, leaf) for path, leaf in _torch_private.tree_named_leaves(value)]
+
+
+def tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The tensors of a nested output, in order (other values are left out)."""
+    return [v for v in _torch_private.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def _ipython_shell() -> Any:
+    ipython = sys.modules.get("IPython")  # imported by a kernel already, never by us
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def in_ipython() -> bool:
+    """Whether code runs under IPython (a kernel or a terminal shell): results displayed
+    there need no printing."""
+    return _ipython_shell() is not None
+
+
+def in_notebook() -> bool:
+    """Whether code runs in a Jupyter kernel, where widgets can be shown."""
+    # By class name along the MRO: Colab's and other kernels' shells subclass it.
+    return any(c.__name__ == "ZMQInteractiveShell" for c in type(_ipython_shell()).__mro__)
+
+
+def interactive() -> bool:
+    """Whether a person watches: a notebook, or a terminal on stderr (never a pipe or CI
+    log)."""
+    return in_notebook() or sys.stderr.isatty()
