@@ -12,10 +12,11 @@ For each model it compiles with the ortlab backend, warms up, then
    layers: Dynamo (frame evaluation, guards), AOTAutograd's runtime wrappers, the FX
    graph's generated code, nn.Module dispatch, ortlab's partition glue, the torch <-> ORT
    hand-off (OrtValue / DLPack), the ORT run itself, PyTorch ops run eagerly, model code;
-3. times the bare ONNX Runtime sessions on the inputs their partitions received (numpy
-   feed, so a few microseconds of conversion are included).
+3. times the bare ONNX Runtime sessions on the inputs their partitions received, made and
+   fed the backend's way (``ortlab.backend.create_session``: same providers and session
+   options, zero-copy torch <-> OrtValue hand-off).
 
-Eager, ortlab and the bare sessions are timed interleaved, as ``ortlab.bench`` does.
+Eager, ortlab and the bare sessions are timed interleaved by ``ortlab.bench``'s engine.
 
 cProfile adds a roughly constant cost to every Python call, so layers made of many small
 Python calls look bigger under the profiler than they are; the "est. µs" column scales
@@ -29,7 +30,6 @@ import argparse
 import contextlib
 import cProfile
 import pstats
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,7 +38,9 @@ from typing import Any
 import torch
 
 import ortlab
-from ortlab import _bench, zoo
+from ortlab import zoo
+from ortlab.backend import _torch_private
+from ortlab.bench import _engine, _format, _zoo
 
 MODELS = ("mlp", "gelu_mlp", "cnn", "transformer_layer", "tiny_llama")
 
@@ -90,8 +92,6 @@ def _layer(filename: str, name: str) -> str:
 
 def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Callable[[], None]:
     """A callable running every partition's session once, bare, on its captured inputs."""
-    import onnxruntime
-
     captured: list[tuple[Any, Any, tuple[Any, ...]]] = []
 
     def observe(event: Any) -> None:
@@ -104,26 +104,20 @@ def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Calla
         remove()
     runs = []
     for partition, record, inputs in captured:
-        session = onnxruntime.InferenceSession(
-            record.model.SerializeToString(),
-            sess_options=ortlab.backend.default_session_options(),
-            providers=list(record.providers),
-        )
         # Frozen parameters are initializers of the model, not inputs: skip them.
         fed = [
             v
             for name, v in zip(partition.input_names, inputs)
             if name not in record.frozen_inputs
         ]
-        feed = {
-            i.name: torch.as_tensor(v).detach().contiguous().numpy()
-            for i, v in zip(session.get_inputs(), fed)
-        }
-        runs.append((session, feed))
+        session = ortlab.backend.create_session(
+            record.model, like=fed, options=backend.options, providers=record.providers
+        )
+        runs.append((session, fed))
 
     def run_all() -> None:
-        for session, feed in runs:
-            session.run(None, feed)
+        for session, fed in runs:
+            session.run(fed)
 
     return run_all
 
@@ -131,22 +125,20 @@ def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Calla
 def _median_us_interleaved(calls: dict[str, Callable[[], Any]], n: int) -> dict[str, float]:
     """Median µs per call of each callable, timed in interleaved blocks (as ``bench``
     does), so that load changes on a shared machine reach them alike."""
-    runs = [_bench._Run(name) for name in calls]
-    timing = _bench._Timing(warmup=0, iters=n, min_time=0.0, min_iters=1, max_iters=n)
-    steps = {name: (fn, lambda: None) for name, fn in calls.items()}
-    _bench._time_backends(runs, steps, timing, no_grad=True)
-    for run in runs:
-        if run.error:
-            raise RuntimeError(f"{run.backend}: {run.error}")
-    return {run.backend: statistics.median(run.samples) * 1e6 for run in runs}
+    timing = _engine.Timing(warmup=0, iters=n, min_time=0.0, min_iters=1, max_iters=n)
+    measured = _engine.measure(calls, timing)
+    for m in measured.values():
+        if m.error:
+            raise RuntimeError(f"{m.name}: {m.error}")
+    return {name: m.median_ms * 1e3 for name, m in measured.items()}
 
 
 def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
     entry = zoo.get(name)
-    model, inputs = entry.build(), entry.example_inputs(_bench._ZOO_BATCH.get(name))
+    model, inputs = entry.build(), entry.example_inputs(_zoo.ZOO_BATCH.get(name))
     compiled = ortlab.compile(model, freeze_parameters=frozen)
     backend = compiled.ortlab_backend
-    with torch.no_grad(), torch._dynamo.config.patch(**dict(entry.dynamo_config)):
+    with torch.no_grad(), _torch_private.dynamo_config_patch(dict(entry.dynamo_config)):
 
         def ortlab_call() -> Any:
             return compiled(*inputs)
@@ -191,7 +183,7 @@ def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
 
 
 def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool) -> str:
-    md = _bench._markdown_table
+    md = _format.markdown_table
     lines = [
         "# Where one steady-state ortlab call spends its time",
         "",
@@ -224,8 +216,8 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
         ),
         "",
         "`bare ORT sessions` runs each session the call used, on the inputs it received, "
-        "from Python with numpy; `ortlab − bare ORT` is the price of the compiled path "
-        "around it (Dynamo, AOTAutograd, glue, eager ops).",
+        "with the backend's zero-copy hand-off; `ortlab − bare ORT` is the price of the "
+        "compiled path around it (Dynamo, AOTAutograd, glue, eager ops).",
         "",
     ]
     for r in results:
@@ -270,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"profiling {name} ...", file=sys.stderr)
         with contextlib.redirect_stdout(sys.stderr):
             results.append(profile_model(name, calls=ns.calls, frozen=ns.frozen))
-        torch._dynamo.reset()
+        _torch_private.reset_dynamo()
     markdown = to_markdown(results, threads=ns.threads, frozen=ns.frozen)
     Path(ns.out).write_text(markdown + "\n", encoding="utf-8")
     print(markdown)

@@ -11,6 +11,10 @@ Quick start::
 
 from __future__ import annotations
 
+# NOTE: ``ortlab.bench`` is the function, not the package of the same name. Importing the
+# package here, at import time, keeps it so: a submodule import sets the parent's
+# attribute only when the submodule is first loaded, and the function is bound after.
+# Library code reaches the package's modules as ``from ortlab.bench import _engine``.
 from ortlab.backend import (
     GraphRecord,
     OrtBackend,
@@ -23,6 +27,7 @@ from ortlab.backend import (
     backend_of,
     compile,
 )
+from ortlab.bench import BenchResult, bench
 from ortlab.errors import (
     ExportError,
     MissingDependencyError,
@@ -30,6 +35,7 @@ from ortlab.errors import (
     SessionError,
     UnsupportedOptionError,
 )
+from ortlab.numerics import DiffReport, diff
 
 __version__ = "0.1.0"
 
@@ -54,26 +60,14 @@ __all__ = [
     "MissingDependencyError",
     # Lab: numerics, benchmarks, views (heavy dependencies load on first use)
     "diff",
+    "DiffReport",
     "bench",
+    "BenchResult",
     "inspect",
     "report",
     # Notebook extension
     "load_ipython_extension",
 ]
-
-
-def diff(fn, *args, **kwargs):
-    """Compares an ortlab-compiled call with eager PyTorch (:func:`ortlab._numerics.diff`)."""
-    from ortlab import _numerics
-
-    return _numerics.diff(fn, *args, **kwargs)
-
-
-def bench(fn, *args, **kwargs):
-    """Benchmarks eager, inductor, ortlab and bare ORT; see :func:`ortlab._bench.bench`."""
-    from ortlab import _bench
-
-    return _bench.bench(fn, *args, **kwargs)
 
 
 def inspect(obj, **kwargs):

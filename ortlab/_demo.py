@@ -2,15 +2,16 @@
 
 ``ortlab demo`` (and ``make demo``) call :func:`run_demo`. For each zoo model: compile
 with ``dynamic=True`` under ``torch.no_grad()``, run the whole batch sweep and compare each
-result with eager PyTorch at the model's tolerances, then time steady-state calls of
-eager and ortlab on the default batch, in the same process, alternating.
+result with eager PyTorch at the model's tolerances (the one comparator,
+:mod:`ortlab.numerics._compare`), then time steady-state calls of eager and ortlab on the
+default batch, in the same process, interleaved (the bench engine,
+:mod:`ortlab.bench._engine`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,10 @@ from typing import Any
 import torch
 
 import ortlab.backend
-from ortlab import _html, zoo
+from ortlab import _html, errors, zoo
+from ortlab.backend import _torch_private
+from ortlab.bench import _engine
+from ortlab.numerics import _compare
 
 
 @dataclasses.dataclass
@@ -74,38 +78,30 @@ def _cells(row: DemoRow) -> tuple[Any, ...]:
     )
 
 
-def _median_ms(fn: Any, args: Sequence[Any], iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
     """Compiles one zoo model through ortlab, checks its sweep, times it against eager."""
     model = spec.build()
     compiled = ortlab.backend.compile(copy.deepcopy(model), dynamic=True)
     backend = ortlab.backend.backend_of(compiled)
-    max_diff = 0.0
-    matches = True
-    with torch._dynamo.config.patch(dict(spec.dynamo_config)), torch.no_grad():
+    diffs = []
+    with _torch_private.dynamo_config_patch(dict(spec.dynamo_config)), torch.no_grad():
         args = spec.example_inputs()
         start = time.perf_counter()
-        out = compiled(*args)
+        compiled(*args)
         first_call = time.perf_counter() - start
         for batch in (spec.default_batch, *spec.batch_sizes):
             args = spec.example_inputs(batch)
-            out, ref = compiled(*args), model(*args)
-            max_diff = max(max_diff, float((out - ref).abs().max()) if out.numel() else 0.0)
-            matches &= torch.allclose(out, ref, atol=spec.atol, rtol=spec.rtol)
+            diffs += _compare.compare_outputs(
+                compiled(*args), model(*args), atol=spec.atol, rtol=spec.rtol
+            )
         args = spec.example_inputs()
-        for _ in range(3):  # warm up both
-            compiled(*args)
-            model(*args)
-        ortlab_ms = _median_ms(compiled, args, iters)
-        eager_ms = _median_ms(model, args, iters)
+        timed = _engine.measure(
+            {"ortlab": lambda: compiled(*args), "eager": lambda: model(*args)},
+            _engine.Timing(warmup=3, iters=iters),
+        )
+    failed = [f"{m.name}: {m.error}" for m in timed.values() if m.error is not None]
+    if failed:
+        raise errors.OrtlabError(f"demo of {spec.name}: timing failed ({'; '.join(failed)})")
     s = backend.summary()
     return DemoRow(
         model=spec.name,
@@ -114,11 +110,11 @@ def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
         sessions=s["sessions"],
         nodes_in_ort=s["nodes_in_ort"],
         nodes_eager=s["nodes_eager"],
-        max_abs_diff=max_diff,
-        matches=bool(matches),
+        max_abs_diff=_compare.max_abs_error(diffs),
+        matches=all(d.passed for d in diffs),
         first_call_s=first_call,
-        ortlab_ms=ortlab_ms,
-        eager_ms=eager_ms,
+        ortlab_ms=timed["ortlab"].median_ms,
+        eager_ms=timed["eager"].median_ms,
         backend=backend,
     )
 
@@ -127,7 +123,7 @@ def run_demo(names: Sequence[str] | None = None, *, iters: int = 20) -> list[Dem
     """Runs :func:`demo_model` on the zoo (all models by default)."""
     rows = []
     for name in names or zoo.names():
-        torch._dynamo.reset()
+        _torch_private.reset_dynamo()
         rows.append(demo_model(zoo.get(name), iters=iters))
     return rows
 
@@ -135,10 +131,3 @@ def run_demo(names: Sequence[str] | None = None, *, iters: int = 20) -> list[Dem
 def format_table(rows: Sequence[DemoRow]) -> str:
     """The demo's table as aligned text."""
     return _html.text_table(HEADERS, [_cells(r) for r in rows])
-
-
-def format_markdown(rows: Sequence[DemoRow]) -> str:
-    """The demo's table as a Markdown table."""
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(str(c) for c in _cells(r)) + " |" for r in rows]
-    return "\n".join(lines)

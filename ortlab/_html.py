@@ -1,14 +1,31 @@
-"""Tiny HTML helpers built on the standard library (``html.escape``).
+"""Tiny text and HTML helpers built on the standard library (``html.escape``).
 
 Records, reports and results render themselves with these, so a notebook shows them
-well without widgets. Every string that can come from a model is escaped here, once.
+well without widgets. Every string that can come from a model is escaped here, once, and
+every measured number is written by :func:`number` (text tables and HTML alike).
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+
+def number(value: Any) -> str:
+    """A measured value as table text: ``"-"`` for ``None``, ``"yes"``/``"no"`` for bools,
+    three significant digits for floats (``"0"``, ``"inf"``, ``"nan"`` as such), other
+    values as ``str``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return "0" if value == 0 else f"{value:.3g}"
+    return str(value)
 
 
 def esc(value: Any) -> str:

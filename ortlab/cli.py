@@ -45,10 +45,22 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from ortlab import _bench
+def _names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
-    print(_bench.run_zoo(args.out, fast=args.fast))
+
+def _bench(args: argparse.Namespace) -> int:
+    from ortlab.bench import _zoo
+
+    markdown = _zoo.run_zoo(
+        args.out,
+        fast=args.fast,
+        models=_names(args.models),
+        backends=_names(args.backends),
+        threads=args.threads,
+        training=args.training,
+    )
+    print(markdown)
     return 0
 
 
@@ -77,7 +89,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmark the zoo: eager/inductor/ortlab/ORT")
     bench.add_argument("--out", default="benchmarks", help="folder for results.md/json/png")
-    bench.add_argument("--fast", action="store_true", help="small shapes, few iterations")
+    bench.add_argument(
+        "--fast",
+        action="store_true",
+        help="few iterations, a smoke run (and no inductor unless --backends names it)",
+    )
+    bench.add_argument(
+        "--models", help="comma-separated zoo models (default: mlp,gelu_mlp,cnn,...)"
+    )
+    bench.add_argument(
+        "--backends",
+        help="comma-separated backends (default: eager,inductor,ortlab,ortlab-frozen,ort)",
+    )
+    bench.add_argument("--threads", type=int, default=2, help="torch/ORT intra-op threads")
+    bench.add_argument("--training", action="store_true", help="time forward + backward")
     bench.set_defaults(func=_bench)
 
     report = sub.add_parser("report", help="write the zoo's HTML report")

@@ -26,10 +26,11 @@ import functools
 import math
 import shlex
 import time
-import types
 from typing import TYPE_CHECKING, Any
 
-from ortlab import _html
+from ortlab import _harness, _html, errors
+from ortlab.bench import _engine
+from ortlab.numerics import _compare
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend
@@ -110,54 +111,11 @@ def _provider_name(name: str) -> str:
     return name if name.endswith("ExecutionProvider") else f"{name}ExecutionProvider"
 
 
-def _fresh_callable(callee: Any, kwargs: dict[str, Any]) -> Any:
-    """Calls ``callee`` through a function with a brand-new code object.
-
-    Dynamo caches compiled code per code object, and a fresh backend per magic call would
-    otherwise pile up recompilations of the same ``forward`` until its recompile limit
-    silently falls back to eager.
-    """
-
-    def call(*args: Any) -> Any:
-        return callee(*args, **kwargs)
-
-    code = call.__code__.replace(co_name="ortcompile_call")
-    return types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
-
-
-def _leaves(value: Any) -> list[Any]:
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_leaves(value)
-
-
 def max_abs_diff(output: Any, reference: Any) -> float:
-    """Largest ``|output - reference|`` over every tensor leaf (``inf`` on a mismatch of
-    structure or shape, ``nan`` if a value is NaN on one side only)."""
-    import torch
-
-    a, b = _leaves(output), _leaves(reference)
-    if len(a) != len(b):
-        return math.inf
-    worst = 0.0
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape:
-                return math.inf
-            if x.numel() == 0:
-                continue
-            xd, yd = x.detach(), y.detach()
-            if xd.is_floating_point() or yd.is_floating_point() or xd.is_complex():
-                err = (xd.to(torch.float64) - yd.to(torch.float64)).abs()
-                both_nan = torch.isnan(xd) & torch.isnan(yd)
-                err = torch.where(both_nan, torch.zeros_like(err), err)
-                value = float(err.max())
-            else:
-                value = float((xd.to(torch.int64) - yd.to(torch.int64)).abs().max())
-            worst = max(worst, value) if not math.isnan(value) else math.nan
-        elif x != y:
-            return math.inf
-    return worst
+    """Largest ``|output - reference|`` over every leaf, by the one comparator
+    (:mod:`ortlab.numerics._compare`): NaN against NaN is no difference; a NaN or Inf on
+    one side only, a shape mismatch or a different structure is ``inf``."""
+    return _compare.max_abs_error(_compare.compare_outputs(output, reference))
 
 
 @dataclasses.dataclass
@@ -176,8 +134,9 @@ class OrtCompileResult:
         eager_seconds: Wall time of the eager call.
         diff: The :func:`ortlab.diff` report, or ``None`` (``--no-diff``, or it failed).
         diff_error: Why the numerics report is missing, when ``--diff`` was asked.
-        bench: Mean milliseconds per call (``{"ortlab_ms", "eager_ms", "speedup"}``) with
-            ``--bench N``, else ``None``.
+        bench: Median milliseconds per call (``{"ortlab_ms", "eager_ms", "speedup"}``)
+            with ``--bench N``: N calls of each, timed interleaved by the bench engine
+            (:mod:`ortlab.bench._engine`); else ``None``.
         inspector: The :class:`~ortlab.views.Inspector` shown under the verdict.
         atol: Absolute tolerance given with ``--atol``.
         rtol: Relative tolerance given with ``--rtol``.
@@ -200,15 +159,15 @@ class OrtCompileResult:
 
     @property
     def within_tolerance(self) -> bool | None:
-        """``max_abs_diff <= atol + rtol * max|eager|`` when a tolerance was given."""
+        """When a tolerance was given: every output within it, element by element, as
+        ``torch.testing.assert_close`` decides (a tolerance not given is the dtype's
+        default); ``None`` otherwise."""
         if self.atol is None and self.rtol is None:
             return None
-        scale = 0.0
-        for leaf in _leaves(self.eager_output):
-            if hasattr(leaf, "detach") and leaf.numel() and leaf.is_floating_point():
-                scale = max(scale, float(leaf.detach().abs().max()))
-        bound = (self.atol or 0.0) + (self.rtol or 0.0) * scale
-        return self.max_abs_diff <= bound
+        diffs = _compare.compare_outputs(
+            self.output, self.eager_output, atol=self.atol, rtol=self.rtol
+        )
+        return all(d.passed for d in diffs)
 
     @property
     def verdict(self) -> str:
@@ -298,11 +257,29 @@ def _parse_call(source: str) -> ast.Call:
     return tree.body
 
 
-def _time_calls(fn: Any, args: list[Any], kwargs: dict[str, Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        fn(*args, **kwargs)
-    return (time.perf_counter() - start) / n * 1e3
+def _bench(
+    compiled: Any, callee: Any, args: list[Any], kwargs: dict[str, Any], n: int
+) -> dict[str, float]:
+    """Median ms per call of the compiled and the eager callee, ``n`` calls each.
+
+    Raises:
+        OrtlabError: a call failed while being timed.
+    """
+    timed = _engine.measure(
+        {"ortlab": lambda: compiled(*args), "eager": lambda: callee(*args, **kwargs)},
+        _engine.Timing(warmup=1, iters=n),
+    )
+    for m in timed.values():
+        if m.error is not None:
+            raise errors.OrtlabError(
+                f"%ortcompile --bench: the {m.name} call failed: {m.error}"
+            )
+    ort_ms, eager_ms = timed["ortlab"].median_ms, timed["eager"].median_ms
+    return {
+        "ortlab_ms": ort_ms,
+        "eager_ms": eager_ms,
+        "speedup": eager_ms / ort_ms if ort_ms else math.inf,
+    }
 
 
 def run_ortcompile(
@@ -333,8 +310,10 @@ def run_ortcompile(
         backend_options["preferred_execution_providers"] = [
             _provider_name(e) for e in options.ep
         ]
+    # A fresh code object per magic call: a fresh backend per call on the same forward
+    # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
     compiled = ortlab.compile(
-        _fresh_callable(callee, kwargs),
+        _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs),
         dynamic=not options.static,
         fullgraph=options.fullgraph,
         **backend_options,
@@ -358,13 +337,7 @@ def run_ortcompile(
         rtol=options.rtol,
     )
     if options.bench:
-        ort_ms = _time_calls(compiled, args, {}, options.bench)
-        eager_ms = _time_calls(callee, args, kwargs, options.bench)
-        result.bench = {
-            "ortlab_ms": ort_ms,
-            "eager_ms": eager_ms,
-            "speedup": eager_ms / ort_ms if ort_ms else math.inf,
-        }
+        result.bench = _bench(compiled, callee, args, kwargs, options.bench)
     if options.diff:
         target = functools.partial(callee, **kwargs) if kwargs else callee
         try:

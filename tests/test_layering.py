@@ -3,11 +3,15 @@ and every package's ``__all__`` lists exactly its public names."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import pathlib
 import subprocess
 import sys
 
 import pytest
+
+import ortlab as ortlab_package
 
 HEAVY = ("ipywidgets", "IPython", "matplotlib", "graphviz", "pandas")
 
@@ -32,7 +36,8 @@ def test_importing_ortlab_and_compiling_loads_no_notebook_packages():
         "ortlab.backend",
         "ortlab.errors",
         "ortlab.zoo",
-        "ortlab._numerics",
+        "ortlab.numerics",
+        "ortlab.bench",
         "ortlab.views",
         "ortlab.views.numerics",
         "ortlab.magic",
@@ -54,3 +59,55 @@ def test_all_lists_public_names_only_and_completely(module):
         and getattr(v, "__module__", "") == mod.__name__
     ]
     assert set(defined) <= set(names), set(defined) - set(names)
+
+
+# Lower layers never import higher ones at module level (docs/architecture.md). Within a
+# layer, numerics and bench use each other's leaf modules: bench compares outputs with
+# numerics' comparator, the numerics sweep times with bench's engine.
+LAYERS = (
+    ("ortlab.errors", "ortlab._deps", "ortlab._html"),
+    ("ortlab.backend",),
+    ("ortlab._harness",),
+    ("ortlab.numerics", "ortlab.bench", "ortlab.zoo", "ortlab._notebooks"),
+    ("ortlab.views",),
+    ("ortlab.magic", "ortlab._demo", "ortlab.cli"),
+)
+
+
+def _layer(module: str) -> int | None:
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return None
+
+
+def _module_level_imports(path: pathlib.Path) -> set[str]:
+    """Modules imported at module level (TYPE_CHECKING blocks included: coupling too);
+    ortlab uses absolute imports only."""
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        nested = ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]
+        for item in nested:
+            if isinstance(item, ast.Import):
+                found.update(a.name for a in item.names)
+            elif isinstance(item, ast.ImportFrom) and item.module:
+                found.add(item.module)
+                found.update(f"{item.module}.{a.name}" for a in item.names)
+    return {m for m in found if m.startswith("ortlab")}
+
+
+def test_modules_import_only_their_own_layer_or_below():
+    root = pathlib.Path(ortlab_package.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts).removesuffix(".__init__")
+        own = _layer(module)
+        if own is None:  # the package itself re-exports every layer
+            continue
+        for imported in _module_level_imports(path):
+            layer = _layer(imported)
+            if layer is not None and layer > own:
+                wrong.append(f"{module} (layer {own}) imports {imported} (layer {layer})")
+    assert not wrong, "\n".join(wrong)
+    assert _layer("ortlab.numerics._compare") == _layer("ortlab.bench._engine") == 3

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -158,12 +156,34 @@ def test_max_abs_diff_handles_structures_shapes_and_nans():
     assert magic.max_abs_diff(a, torch.tensor([1.0, float("nan"), 3.5])) == 0.5
     assert magic.max_abs_diff(a, torch.zeros(4)) == float("inf")
     assert magic.max_abs_diff((a,), (a, a)) == float("inf")
+    # The one comparator's rules: NaN on one side only is an infinite difference, and
+    # Python numbers differ by their difference.
+    assert magic.max_abs_diff(a, torch.tensor([1.0, 2.0, 3.0])) == float("inf")
+    assert magic.max_abs_diff((a, 2), (a, 5)) == 3.0
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("ortlab._numerics") is None,
-    reason="the numerics helper (ortlab._numerics) is not in this checkout",
-)
+def test_within_tolerance_decides_element_by_element_like_assert_close():
+    eager = torch.tensor([1000.0, 0.0])
+    output = torch.tensor([1000.0, 5e-3])
+    result = magic.OrtCompileResult(
+        expression="f(x)",
+        compiled=None,
+        backend=None,
+        output=output,
+        eager_output=eager,
+        max_abs_diff=magic.max_abs_diff(output, eager),
+        first_call_seconds=0.0,
+        atol=1e-3,
+        rtol=1e-3,
+    )
+    # 5e-3 > atol + rtol * |0|: outside, though max|eager| * rtol would have allowed 1.0.
+    assert result.within_tolerance is False
+    result.atol = 1e-2
+    assert result.within_tolerance is True
+    result.atol = result.rtol = None
+    assert result.within_tolerance is None
+
+
 def test_diff_is_on_by_default_and_adds_the_numerics_report(shell):
     assert run(shell, "r = %ortcompile net(h)").success
     r = shell.user_ns["r"]

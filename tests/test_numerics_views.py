@@ -6,26 +6,20 @@ import re
 import sys
 from unittest import mock
 
-import onnx
 import pytest
 import torch
+from numerics_helpers import sigmoid_to_relu
 
 import ortlab
 from ortlab import errors, zoo
-from ortlab.views import _dot, numerics
-
-
-def _sigmoid_to_relu(model: onnx.ModelProto) -> None:
-    for node in model.graph.node:
-        if node.op_type == "Sigmoid":
-            node.op_type = "Relu"
+from ortlab.views import _dot, _style, numerics
 
 
 @pytest.fixture(scope="module")
 def planted():
     """custom_op (two partitions) with the second partition's Sigmoid turned into Relu."""
     model, inputs = zoo.get("custom_op").instantiate()
-    return ortlab.diff(model, *inputs, pre_ort_model_transforms=[_sigmoid_to_relu])
+    return ortlab.diff(model, *inputs, pre_ort_model_transforms=[sigmoid_to_relu])
 
 
 def _failing(report):
@@ -45,9 +39,9 @@ def _dot_nodes(source: str) -> dict[str, str]:
 def test_fx_overlay_colours_nodes_by_error_and_marks_the_first_divergent(planted):
     part = _failing(planted)
     nodes = _dot_nodes(numerics.fx_overlay(planted, part))
-    assert f'fillcolor="{numerics.FAIL_FILL}"' in nodes["sigmoid"]
+    assert f'fillcolor="{_style.FAIL_FILL}"' in nodes["sigmoid"]
     assert 'penwidth="3"' in nodes["sigmoid"] and "first divergent" in nodes["sigmoid"]
-    assert f'fillcolor="{numerics.PASS_FILL}"' in nodes["addmm_1"]
+    assert f'fillcolor="{_style.PASS_FILL}"' in nodes["addmm_1"]
     assert "penwidth" not in nodes["addmm_1"]
     assert "->" in numerics.fx_overlay(planted, part)
 
@@ -57,9 +51,9 @@ def test_onnx_overlay_marks_the_onnx_node_made_from_the_first_divergent_fx_node(
     nodes = _dot_nodes(numerics.onnx_overlay(planted, part))
     marked = [attrs for attrs in nodes.values() if 'penwidth="3"' in attrs]
     assert len(marked) == 1
-    assert marked[0].startswith('label="Relu') and numerics.FAIL_FILL in marked[0]
+    assert marked[0].startswith('label="Relu') and _style.FAIL_FILL in marked[0]
     gemm = next(a for a in nodes.values() if a.startswith('label="Gemm'))
-    assert numerics.PASS_FILL in gemm
+    assert _style.PASS_FILL in gemm
 
 
 @pytest.mark.skipif(not _dot.dot_available(), reason="Graphviz's dot is not installed")
@@ -69,7 +63,7 @@ def test_numerics_html_is_self_contained_with_svg_plots_and_first_divergent(plan
     assert html.count("<svg") == 2  # FX and ONNX overlays of the failing partition
     assert html.count("data:image/png;base64,") == 2  # histograms and scatter
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
-    assert "FAIL" in html and numerics.FIRST_LINE in html
+    assert "FAIL" in html and _style.FIRST_LINE in html
 
 
 def test_numerics_html_without_graphviz_keeps_tables_and_says_how_to_install(planted):
@@ -123,3 +117,31 @@ def test_diff_table_gives_each_table(planted):
     assert numerics.diff_table(planted, what="nodes")["diverged"].sum() == 1
     with pytest.raises(errors.UnsupportedOptionError, match="partitions"):
         numerics.diff_table(planted, what="graphs")
+
+
+def test_report_renders_as_text_html_and_frames(planted):
+    report = planted
+    text = repr(report)
+    assert text.startswith("DiffReport(FAIL") and "sigmoid" in text and "Relu" in text
+    html = report._repr_html_()
+    assert "FAIL" in html and "sigmoid" in html
+    frame = report.to_frame()
+    assert list(frame["kind"]) == ["output"] and not frame["passed"].any()
+    parts = report.partitions_frame()
+    assert set(parts["first_divergent"]) == {"", "sigmoid"}
+    nodes = report.nodes_frame()
+    assert "sigmoid" in set(nodes["node"]) and nodes["diverged"].sum() == 1
+
+
+def test_model_strings_are_escaped_in_html():
+    report = ortlab.diff(lambda t: {"<b>x</b>": t * 2}, torch.ones(3))
+    assert report.outputs[0].name == "output['<b>x</b>']"
+    html = report._repr_html_()
+    assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+def test_error_colours_follow_the_error_over_the_allowed_error():
+    assert _style.error_fill(None) == _style.IDLE_FILL  # not compared
+    assert _style.error_fill(0.0) == _style.error_fill(0.099) == _style.PASS_FILL
+    assert _style.error_fill(0.1) == _style.error_fill(0.99) == _style.NEAR_FILL
+    assert _style.error_fill(1.0) == _style.error_fill(float("inf")) == _style.FAIL_FILL

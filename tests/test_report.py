@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
@@ -118,10 +117,6 @@ def test_report_html_without_graphviz_keeps_tables_and_says_how_to_install(
     assert "soft_clip" in text and "node_addmm" in text  # FX and ONNX node tables
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("ortlab.views.numerics") is None,
-    reason="the numerics views (ortlab.views.numerics) are not in this checkout",
-)
 def test_report_of_a_diff_report_has_a_numerics_tab(tmp_path):
     model, args = zoo.get("mlp").instantiate()
     with torch.no_grad():

@@ -21,9 +21,9 @@ from test_views_helpers import (
 )
 
 import ortlab
-from ortlab import views, zoo
+from ortlab import _harness, views, zoo
 from ortlab.backend import records
-from ortlab.views import _dot, _graphs, _inspector
+from ortlab.views import _dot, _graphs, _style
 
 needs_dot = pytest.mark.skipif(
     not _dot.dot_available(), reason="Graphviz's dot is not installed (make graphviz)"
@@ -452,7 +452,6 @@ def test_graph_views_escape_nothing_into_markup(inference):
     # The highlight CSS only ever contains sanitised ids.
     css = _graphs.highlight_css(["ok-1", "bad</style><script>x"])
     assert "<script>" not in css and "#ok-1 polygon" in css
-    assert _inspector.in_notebook() is False
 
 
 def test_inspector_of_a_diff_report_shows_its_backend_and_a_numerics_tab():
@@ -509,9 +508,9 @@ def test_highlight_outlines_nodes_and_the_boxes_that_hold_them_when_collapsed():
     for max_nodes in (300, 1000):  # collapsed, then full
         rendered = views.fx_graph_view(g, max_nodes=max_nodes, highlight={eager, inside})
         root = parse_svg(rendered.svg)
-        assert _stroke(root, rendered.ids[eager]) == _graphs.HIGHLIGHT
-        assert _stroke(root, rendered.ids[inside]) == _graphs.HIGHLIGHT  # node or its box
-        assert _stroke(root, rendered.ids[untouched]) != _graphs.HIGHLIGHT
+        assert _stroke(root, rendered.ids[eager]) == _style.HIGHLIGHT
+        assert _stroke(root, rendered.ids[inside]) == _style.HIGHLIGHT  # node or its box
+        assert _stroke(root, rendered.ids[untouched]) != _style.HIGHLIGHT
 
 
 def _stroke(root, element_id):
@@ -523,7 +522,7 @@ def _stroke(root, element_id):
 def test_inspector_bundle_has_a_static_html_fallback_for_widgetless_front_ends(
     inference, monkeypatch
 ):
-    monkeypatch.setattr(_inspector, "in_notebook", lambda: True)
+    monkeypatch.setattr(_harness, "in_notebook", lambda: True)
     inspector = views.inspect(inference)
     try:
         bundle = inspector._repr_mimebundle_()

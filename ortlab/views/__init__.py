@@ -7,6 +7,7 @@ the graphs, and without it every view falls back to tables with a note on instal
 
 from __future__ import annotations
 
+from ortlab._harness import in_notebook
 from ortlab.views._dot import GraphvizError, Rendered, dot_available, render_svg
 from ortlab.views._graphs import (
     DEFAULT_MAX_NODES,
@@ -18,7 +19,7 @@ from ortlab.views._graphs import (
     partition_view,
     provenance,
 )
-from ortlab.views._inspector import Inspector, PartitionViewer, in_notebook, inspect
+from ortlab.views._inspector import Inspector, PartitionViewer, inspect
 from ortlab.views._plots import plot_timings
 from ortlab.views._report import report, report_html
 from ortlab.views._tables import (

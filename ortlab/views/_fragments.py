@@ -1,4 +1,5 @@
-"""HTML fragments shared by the Inspector widget and the standalone report.
+"""HTML fragments shared by the Inspector widget, the standalone report and the Numerics
+view (their look: :mod:`ortlab.views._style`).
 
 Each function returns safe HTML: model strings are escaped (``_html.esc`` or pandas'
 escaping), SVG comes from Graphviz (which escapes text itself). When Graphviz is missing
@@ -16,41 +17,12 @@ from ortlab import _html
 from ortlab.backend import records
 from ortlab.views import _dot, _graphs, _plots, _tables
 
-CSS = """
-.ortlab-root { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
-  font-size: 13px; color: #222; }
-.ortlab-root h3, .ortlab-root h4 { margin: 8px 0 4px 0; }
-.ortlab-headline { font-weight: 600; padding: 4px 0; }
-.ortlab-note { color: #8a4b00; background: #fff6e5; padding: 4px 8px; border-radius: 4px;
-  margin: 4px 0; }
-table.ortlab-table, table.ortlab { border-collapse: collapse; margin: 4px 0 8px 0;
-  font-size: 12px; }
-table.ortlab-table th, table.ortlab-table td, table.ortlab th, table.ortlab td {
-  border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
-table.ortlab-table th, table.ortlab th { background: #f4f4f4; }
-.ortlab-graph { overflow: auto; max-height: 960px; border: 1px solid #eee;
-  background: white; padding: 2px; }
-.ortlab-graph svg { max-width: 100%; height: auto; }
-.ortlab-graph.ortlab-natural svg { max-width: none; }
-.ortlab-side { display: flex; gap: 8px; align-items: flex-start; }
-.ortlab-side > div { flex: 1 1 50%; min-width: 0; }
-.ortlab-legend span { display: inline-block; padding: 0 6px; margin-right: 6px;
-  border-radius: 3px; border: 1px solid #999; }
-"""
-
 NATURAL_SIZE_ABOVE_PX = 1600
 """Drawings wider than this are shown at their own size (scrolling), not shrunk to fit."""
 
-LEGEND = (
-    '<div class="ortlab-legend">'
-    f'<span style="background:{_graphs.PALETTE[0]}">partition (ONNX Runtime)</span>'
-    f'<span style="background:{_graphs.EAGER_FILL};border-color:{_graphs.EAGER_LINE}">'
-    "eager (PyTorch) — hover a node for its reason</span>"
-    f'<span style="background:{_graphs.IO_FILL}">inputs / outputs</span></div>'
-)
-
 
 def note(text: str) -> str:
+    """A highlighted remark (escaped)."""
     return f'<p class="ortlab-note">{_html.esc(text)}</p>'
 
 

@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortlab.backend import records
-from ortlab.views import _dot
+from ortlab.views import _dot, _style
 
 if TYPE_CHECKING:
     import onnx
@@ -39,42 +39,10 @@ DEFAULT_MAX_NODES = 300
 """Graphs with more nodes than this are drawn with partitions collapsed."""
 
 MAX_DRAWN_NODES = 1500
-"""A partition or ONNX graph larger than this is not laid out; a table stands in."""
+"""A partition or ONNX graph larger than this is not laid out; a table stands in (every
+view of one partition: its FX graph, its ONNX model, their numerics overlays)."""
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
-
-# Pastel fills for partitions, cycled; red tones are kept for eager nodes.
-PALETTE = (
-    "#c6dbef",
-    "#c7e9c0",
-    "#fdd0a2",
-    "#dadaeb",
-    "#d9f0d3",
-    "#fee391",
-    "#c7eae5",
-    "#e5d8bd",
-    "#bcbddc",
-    "#a6dba0",
-    "#9ecae1",
-    "#fdae6b",
-)
-EAGER_FILL = "#fde0dd"
-EAGER_LINE = "#cb181d"
-IO_FILL = "#f0f0f0"
-HIGHLIGHT = "#d6007e"
-
-_GRAPH_ATTRS = (
-    'graph [rankdir=TB, nodesep=0.25, ranksep=0.3, fontname="Helvetica", fontsize=11, '
-    'bgcolor="white", margin=0.1];\n'
-    'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, '
-    'fillcolor="white", margin="0.08,0.03", height=0.3];\n'
-    'edge [arrowsize=0.6, color="#555555", fontname="Helvetica", fontsize=8];\n'
-)
-
-
-def partition_color(index: int) -> str:
-    """The fill colour of the ``index``-th partition of a graph (same in every view)."""
-    return PALETTE[index % len(PALETTE)]
 
 
 def value_text(value: Any) -> str:
@@ -232,7 +200,11 @@ def _fx_node_stmt(
         label = node.name if node.op != "output" else "output"
         if show_values and node.value and node.op != "output":
             label += "\n" + node.value
-        extra = {"shape": "ellipse", "fillcolor": IO_FILL, "tooltip": f"{node.op} {node.name}"}
+        extra = {
+            "shape": "ellipse",
+            "fillcolor": _style.IO_FILL,
+            "tooltip": f"{node.op} {node.name}",
+        }
         cls = f"ortlab-{node.op}"
     else:
         label = f"{node.name}\n{node.target}"
@@ -242,8 +214,8 @@ def _fx_node_stmt(
         tooltip = _verdict_tooltip(node.name, node.target, verdict, node.partition, state)
         if eager:
             extra = {
-                "fillcolor": EAGER_FILL,
-                "color": EAGER_LINE,
+                "fillcolor": _style.EAGER_FILL,
+                "color": _style.EAGER_LINE,
                 "penwidth": "2",
                 "tooltip": tooltip,
             }
@@ -252,7 +224,7 @@ def _fx_node_stmt(
             extra = {"fillcolor": "white", "tooltip": tooltip}
             cls = "ortlab-ort"
     if highlighted:
-        extra.update(color=HIGHLIGHT, penwidth="4")
+        extra.update(color=_style.HIGHLIGHT, penwidth="4")
     attributes = _dot.attrs(label=label, id=node_id, **{"class": cls}, **extra)
     return f"{_dot.quote(node_id)} {attributes};"
 
@@ -273,8 +245,8 @@ def _cluster(
         label=label,
         tooltip=tooltip,
         style=style,
-        fillcolor=partition_color(index),
-        color=EAGER_LINE if failed else "#777777",
+        fillcolor=_style.partition_color(index),
+        color=_style.EAGER_LINE if failed else "#777777",
         id=cluster_id,
     )
     return f"subgraph cluster_{index} {{\ngraph {graph_attrs};\n" + "\n".join(body) + "\n}"
@@ -328,7 +300,7 @@ def fx_graph_view(
             show_values,
         )
         by_part[node.partition if node.partition in parts else None].append(stmt)
-    lines = ["digraph fx {", _GRAPH_ATTRS]
+    lines = ["digraph fx {", _style.GRAPH_ATTRS]
     lines.append(
         "graph " + _dot.attrs(label=_graph_caption(graph), labelloc="t", labeljust="l") + ";"
     )
@@ -414,7 +386,7 @@ def _collapsed_view(
             label=f"{len(placeholders)} inputs",
             tooltip=", ".join(f"{n.name}: {n.value}" for n in placeholders),
             shape="ellipse",
-            fillcolor=IO_FILL,
+            fillcolor=_style.IO_FILL,
             id=key,
         )
     eager_keys: dict[int, str] = {}
@@ -464,8 +436,8 @@ def _collapsed_view(
         items[key] = f"{_dot.quote(key)} " + _dot.attrs(
             label=f"eager · {len(comp_nodes)} nodes\n" + _top(targets, 3),
             tooltip="runs in PyTorch: " + "; ".join(f"{r} ({c})" for r, c in reasons.items()),
-            fillcolor=EAGER_FILL,
-            color=EAGER_LINE,
+            fillcolor=_style.EAGER_FILL,
+            color=_style.EAGER_LINE,
             penwidth="2",
             id=key,
             **{"class": "ortlab-eager"},
@@ -475,8 +447,8 @@ def _collapsed_view(
     for key in {group[name] for name in highlight if name in group}:
         statement = items.get(key, "")
         if statement.endswith("]") and 'penwidth="4"' not in statement:
-            items[key] = statement[:-1] + f', color="{HIGHLIGHT}", penwidth="4"]'
-    lines = ["digraph fx {", _GRAPH_ATTRS]
+            items[key] = statement[:-1] + f', color="{_style.HIGHLIGHT}", penwidth="4"]'
+    lines = ["digraph fx {", _style.GRAPH_ATTRS]
     caption = _graph_caption(graph) + " — collapsed: one box per partition"
     lines.append("graph " + _dot.attrs(label=caption, labelloc="t", labeljust="l") + ";")
     lines.extend(s if s.endswith(";") else s + ";" for s in items.values())
@@ -536,8 +508,8 @@ def _partition_box(
         tooltip=tooltip,
         shape="box3d",
         style="filled,dashed" if failed else "filled",
-        fillcolor=partition_color(index),
-        color=EAGER_LINE if failed else "#555555",
+        fillcolor=_style.partition_color(index),
+        color=_style.EAGER_LINE if failed else "#555555",
         id=key,
         **{"class": "ortlab-partition"},
     )
@@ -580,7 +552,7 @@ def partition_view(
     ids = {n.name: f"{id_prefix}fx-{i}" for i, n in enumerate(nodes)}
     if len(nodes) > max_nodes:
         return _too_large(len(nodes), max_nodes, ids)
-    lines = ["digraph partition {", _GRAPH_ATTRS]
+    lines = ["digraph partition {", _style.GRAPH_ATTRS]
     caption = (
         f"{partition.name}: FX subgraph ({sum(n.op == 'call_function' for n in nodes)} ops)"
     )
@@ -693,7 +665,7 @@ def _onnx_io_line(key: str, name: str, types: dict[str, str], kind: str) -> str:
         + _dot.attrs(
             label=f"{name}\n{types.get(name, '')}",
             shape="ellipse",
-            fillcolor=IO_FILL,
+            fillcolor=_style.IO_FILL,
             tooltip=f"{kind} {name}: {types.get(name, '?')}",
             id=key,
             **{"class": f"ortlab-onnx-{kind}"},
@@ -735,7 +707,7 @@ def onnx_view(
     }
     init_bytes = sum(len(t.raw_data) for t in graph.initializer)
     producer: dict[str, str] = {}
-    lines = ["digraph onnx {", _GRAPH_ATTRS]
+    lines = ["digraph onnx {", _style.GRAPH_ATTRS]
     opset = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     folded = (
         f"{len(initializers)} initializers ({init_bytes / 1024:.1f} KiB, not drawn)"
@@ -774,7 +746,7 @@ def onnx_view(
             tooltip += f"\nmodule: {scopes}"
         extra: dict[str, str] = {}
         if i in highlight:
-            extra = {"color": HIGHLIGHT, "penwidth": "4"}
+            extra = {"color": _style.HIGHLIGHT, "penwidth": "4"}
         lines.append(
             f"{_dot.quote(key)} "
             + _dot.attrs(
@@ -802,11 +774,6 @@ def onnx_view(
     return _dot.render("\n".join(lines), ids, node_count=len(graph.node))
 
 
-def onnx_op_counts(session: records.SessionRecord) -> collections.Counter[str]:
-    """How many ONNX nodes of each op type the session's model has."""
-    return collections.Counter(n.op_type for n in session.model.graph.node)
-
-
 def highlight_css(element_ids: Iterable[str]) -> str:
     """A ``<style>`` block outlining the SVG elements with these ids (no re-layout)."""
     selectors = []
@@ -819,5 +786,6 @@ def highlight_css(element_ids: Iterable[str]) -> str:
     return (
         "<style>"
         + ", ".join(selectors)
-        + f" {{ stroke: {HIGHLIGHT} !important; stroke-width: 4px !important; }}</style>"
+        + f" {{ stroke: {_style.HIGHLIGHT} !important; stroke-width: 4px !important; }}"
+        + "</style>"
     )

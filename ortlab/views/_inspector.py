@@ -16,14 +16,13 @@ interactive PartitionViewer, built from ipywidgets with inline SVG (no JavaScrip
 from __future__ import annotations
 
 import logging
-import sys
 import time
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ortlab import _deps, _html
-from ortlab.views import _dot, _fragments, _graphs, _subjects, _tables
+from ortlab import _deps, _harness, _html
+from ortlab.views import _dot, _fragments, _graphs, _style, _subjects, _tables, numerics
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
@@ -98,7 +97,7 @@ class PartitionViewer:
         self.style = widgets.HTML()
         for name in ("graph", "partition", "session", "fx_node", "onnx_node"):
             getattr(self, name).add_class(f"ortlab-choose-{name.replace('_', '-')}")
-        legend = widgets.HTML(_fragments.LEGEND)
+        legend = widgets.HTML(_style.PARTITION_LEGEND)
         self.widget = widgets.VBox(
             [
                 self.style,
@@ -426,8 +425,6 @@ class _SubjectView:
         ]
         titles = list(TAB_TITLES)
         if subject.diff is not None:
-            from ortlab.views import numerics
-
             children.append(numerics.numerics_widget(subject.diff))
             titles.append("Numerics")
         self.tabs = widgets.Tab(
@@ -586,7 +583,7 @@ class Inspector:
     def _build(self) -> Any:
         widgets = _deps.require("ipywidgets")
         header = widgets.HTML(
-            f"<style>{_fragments.CSS}</style>"
+            f"<style>{_style.CSS}</style>"
             + (
                 f'<div class="ortlab-root ortlab-headline">{_html.esc(self.headline)}</div>'
                 if self.headline
@@ -663,7 +660,7 @@ class Inspector:
         self._views.clear()
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        if not in_notebook():
+        if not _harness.in_notebook():
             # A terminal shows text only: don't lay out graphs nobody will see.
             return {"text/plain": self.text()}
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
@@ -761,17 +758,6 @@ def _close_tree(widget: Any) -> None:
     widget.close()
 
 
-def _ipython_shell() -> Any:
-    ipython_mod = sys.modules.get("IPython")
-    return ipython_mod.get_ipython() if ipython_mod is not None else None
-
-
-def in_notebook() -> bool:
-    """Whether code runs in a Jupyter kernel (widgets can be shown)."""
-    # By class name along the MRO: Colab's and other kernels' shells subclass it.
-    return any(c.__name__ == "ZMQInteractiveShell" for c in type(_ipython_shell()).__mro__)
-
-
 def inspect(
     obj: Any, *, diff: Any = None, max_nodes: int = _graphs.DEFAULT_MAX_NODES
 ) -> Inspector:
@@ -787,7 +773,7 @@ def inspect(
         max_nodes: Graphs with more nodes are drawn one box per partition.
     """
     inspector = Inspector(obj, diff=diff, max_nodes=max_nodes)
-    if _ipython_shell() is None:
+    if not _harness.in_ipython():
         # A script or a plain Python prompt: nothing would display the result.
         print(inspector.text())
     return inspector

@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _html
-from ortlab.views import _dot, _fragments, _graphs, _subjects, _tables
+from ortlab.views import _dot, _fragments, _graphs, _style, _subjects, _tables, numerics
 
 if TYPE_CHECKING:
     from ortlab.backend import records
@@ -40,7 +40,7 @@ details > summary { cursor: pointer; font-weight: 600; }
 .ortlab-hl polygon, .ortlab-hl ellipse, .ortlab-hl path {
   stroke: HIGHLIGHT !important; stroke-width: 4px !important; }
 .ortlab-prov g.node { cursor: pointer; }
-""".replace("HIGHLIGHT", _graphs.HIGHLIGHT)
+""".replace("HIGHLIGHT", _style.HIGHLIGHT)
 
 _TAB_CSS = "".join(
     f".ortlab-tabs > input:nth-of-type({n}):checked ~ div.ortlab-panel:nth-of-type({n})"
@@ -172,7 +172,7 @@ def _partition_html(
 def _partitions_panel(prefix: str, backend: Any, max_nodes: int) -> str:
     if not backend.graphs:
         return _fragments.note("Nothing compiled yet: call the compiled model first.")
-    out = [_fragments.LEGEND]
+    out = [_style.PARTITION_LEGEND]
     for g in backend.graphs:
         gp = f"{prefix}g{g.index}-"
         rendered = _graphs.fx_graph_view(g, max_nodes=max_nodes, id_prefix=gp)
@@ -214,8 +214,6 @@ def _subject_html(index: int, subject: _subjects.Subject, max_nodes: int) -> str
         ("Timings", _fragments.timings_html(backend)),
     ]
     if subject.diff is not None:
-        from ortlab.views import numerics
-
         panels.append(("Numerics", numerics.numerics_html(subject.diff)))
     return (
         f'<section class="ortlab-subject" id="s{index}">'
@@ -250,7 +248,7 @@ def report_html(
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_html.esc(title)}</title>"
-        f"<style>{_fragments.CSS}{_REPORT_CSS}{_TAB_CSS}</style></head>"
+        f"<style>{_style.CSS}{_REPORT_CSS}{_TAB_CSS}</style></head>"
         '<body class="ortlab-root">'
         f"<header><h1>{_html.esc(title)}</h1>"
         f"<p>{_html.esc(when)} · {_html.esc(_versions())}</p>"

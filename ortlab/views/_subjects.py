@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ortlab.numerics import _records
+
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
 
@@ -28,14 +30,8 @@ class Subject:
 
 
 def is_diff_report(obj: Any) -> bool:
-    """Duck-typed check for ``ortlab._numerics.DiffReport`` (keeps numerics optional)."""
-    from ortlab.backend import OrtBackend
-
-    return (
-        hasattr(obj, "max_abs_error")
-        and hasattr(obj, "passed")
-        and isinstance(getattr(obj, "backend", None), OrtBackend)
-    )
+    """Whether ``obj`` is a numerics :class:`~ortlab.DiffReport`."""
+    return isinstance(obj, _records.DiffReport)
 
 
 def _one(name: str, obj: Any, diff: Any) -> Subject:

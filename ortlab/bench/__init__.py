@@ -1,0 +1,58 @@
+"""Benchmarks: eager vs inductor vs ortlab vs bare ONNX Runtime, measured honestly.
+
+:func:`bench` times one model (or function) on the same inputs under several backends and
+returns a :class:`BenchResult` (a pandas DataFrame plus machine facts, a plot, text, HTML,
+markdown and JSON). :func:`run_zoo` does it for the model zoo and writes
+``results.md`` / ``results.json`` / ``results.png`` (``ortlab bench``, ``make bench``).
+
+Modules: ``_engine`` (the one timer, also used by the numerics sweep, the demo and
+``%ortcompile --bench``), ``_backends`` (each backend as a call to time), ``_floor`` (the
+bare-ORT floor), ``_bench`` (:func:`bench`), ``_result`` / ``_format`` / ``_plots`` (the
+result and how it is written), ``_machine`` (machine facts), ``_zoo`` (the zoo runner,
+its targets and report).
+"""
+
+from __future__ import annotations
+
+from ortlab.bench._backends import DEFAULT_BACKENDS
+from ortlab.bench._bench import bench
+from ortlab.bench._engine import Measurement, Timing, measure
+from ortlab.bench._machine import machine_facts
+from ortlab.bench._plots import plot_zoo
+from ortlab.bench._result import COLUMNS, BenchResult
+from ortlab.bench._zoo import (
+    FIRST_CALL_TARGET_S,
+    RATIO_TARGETS,
+    TARGET_MODELS,
+    ZOO_BACKENDS,
+    ZOO_BATCH,
+    ZOO_MODELS,
+    run_zoo,
+    targets_table,
+    zoo_markdown,
+)
+
+__all__ = [
+    # Entry points
+    "bench",
+    "run_zoo",
+    # Results
+    "BenchResult",
+    "COLUMNS",
+    "DEFAULT_BACKENDS",
+    "machine_facts",
+    # The timer
+    "measure",
+    "Timing",
+    "Measurement",
+    # The zoo benchmark: models, targets, report
+    "ZOO_MODELS",
+    "ZOO_BACKENDS",
+    "ZOO_BATCH",
+    "TARGET_MODELS",
+    "RATIO_TARGETS",
+    "FIRST_CALL_TARGET_S",
+    "targets_table",
+    "zoo_markdown",
+    "plot_zoo",
+]

@@ -1,0 +1,175 @@
+"""The backends a benchmark compares, each made into a zero-argument call to time.
+
+- ``"eager"``: plain PyTorch, the reference;
+- ``"ortlab"`` / ``"ortlab-frozen"``: :func:`ortlab.compile` (``freeze_parameters=True``
+  for the second);
+- ``"ort"``: the ONNX Runtime floor (:mod:`ortlab.bench._floor`);
+- any other name: ``torch.compile(backend=name)`` (``"inductor"``, ``"aot_eager"``...).
+
+Every backend gets its own deep copy of a module and, when compiled, a wrapper function
+with a code object of its own (:func:`ortlab._harness.fresh_entry`), so that Dynamo's
+caches of one backend never meet another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import ortlab.backend
+from ortlab import _harness, errors
+from ortlab.bench import _floor
+
+if TYPE_CHECKING:
+    from ortlab.backend import OrtBackend
+
+DEFAULT_BACKENDS = ("eager", "inductor", "ortlab", "ort")
+"""What :func:`ortlab.bench` compares unless told otherwise."""
+
+
+def check_backends(backends: Any) -> tuple[str, ...]:
+    """``backends`` as a tuple of distinct names.
+
+    Raises:
+        UnsupportedOptionError: not a sequence of names, empty, or a name repeats.
+    """
+    if isinstance(backends, str) or not all(isinstance(b, str) for b in backends):
+        raise errors.UnsupportedOptionError(
+            f"bench: backends must be a sequence of names such as {list(DEFAULT_BACKENDS)}; "
+            f"got {backends!r}."
+        )
+    if not backends:
+        raise errors.UnsupportedOptionError("bench: backends is empty; name at least one.")
+    if len(set(backends)) != len(backends):
+        raise errors.UnsupportedOptionError(f"bench: backends repeat a name: {backends!r}.")
+    return tuple(backends)
+
+
+def prepare_target(fn: Callable[..., Any], *, eval_mode: bool) -> Any:
+    """A backend's own copy of a module, in eval or train mode (a function as it is)."""
+    if not isinstance(fn, torch.nn.Module):
+        return fn
+    # A module compiled before may carry its backend as an attribute (it holds live
+    # sessions, which cannot be copied); the copies share it instead.
+    memo = {
+        id(v): v
+        for m in fn.modules()
+        for v in vars(m).values()
+        if isinstance(v, ortlab.backend.OrtBackend)
+    }
+    model = copy.deepcopy(fn, memo)
+    model.train(not eval_mode)
+    return model
+
+
+def prepare_args(args: tuple[Any, ...], target: Any, *, training: bool) -> tuple[Any, ...]:
+    """Inputs for one backend; in training mode, what gradients are taken for."""
+    if not training or isinstance(target, torch.nn.Module):
+        return args
+    # A function has no parameters: differentiate w.r.t. its floating-point inputs.
+    return tuple(
+        a.detach().clone().requires_grad_(True)
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
+        else a
+        for a in args
+    )
+
+
+def make_call(
+    backend: str,
+    target: Any,
+    args: tuple[Any, ...],
+    *,
+    training: bool,
+    dynamic: bool | None,
+    ortlab_options: Mapping[str, Any],
+) -> tuple[Callable[..., Any], OrtBackend | None]:
+    """The callable of one backend, and its :class:`~ortlab.OrtBackend` for ortlab rows.
+
+    Raises:
+        UnsupportedOptionError: ``"ort"`` with ``training=True`` (inference only).
+    """
+    name = f"bench_{backend.replace('-', '_')}"
+    if backend == "eager":
+        return target, None
+    if backend in ("ortlab", "ortlab-frozen"):
+        options = dict(ortlab_options)
+        if backend == "ortlab-frozen":
+            options["freeze_parameters"] = True
+        entry = _harness.fresh_entry(target, name=name)
+        compiled = ortlab.backend.compile(entry, dynamic=dynamic, **options)
+        return compiled, ortlab.backend.backend_of(compiled)
+    if backend == "ort":
+        if training:
+            raise errors.UnsupportedOptionError(
+                'bench: the "ort" floor runs inference only; leave it out of backends '
+                "when training=True."
+            )
+        return _floor.OrtFloor(target, args, options=ortlab_options), None
+    entry = _harness.fresh_entry(target, name=name)
+    return torch.compile(entry, backend=backend, dynamic=dynamic), None
+
+
+def make_step(
+    call: Callable[..., Any], target: Any, args: tuple[Any, ...], *, training: bool
+) -> Callable[[], list[torch.Tensor]]:
+    """One timed call: the outputs (inference), or outputs and gradients (training, loss =
+    sum of the floating-point outputs), synchronized with the inputs' CUDA devices.
+
+    Raises:
+        UnsupportedOptionError: ``training=True`` and nothing requires grad.
+    """
+    sync = _synchronizer(args)
+    if not training:
+
+        def infer() -> list[torch.Tensor]:
+            outputs = _harness.tensor_leaves(call(*args))
+            sync()
+            return outputs
+
+        return infer
+    parameters = list(target.parameters()) if isinstance(target, torch.nn.Module) else []
+    grads_of = [
+        *(p for p in parameters if p.requires_grad),
+        *(a for a in args if isinstance(a, torch.Tensor) and a.requires_grad),
+    ]
+    if not grads_of:
+        raise errors.UnsupportedOptionError(
+            "bench(training=True): nothing requires grad — pass a module with trainable "
+            "parameters or floating-point inputs."
+        )
+
+    def train() -> list[torch.Tensor]:
+        for t in grads_of:
+            t.grad = None
+        outputs = _harness.tensor_leaves(call(*args))
+        loss = sum(o.float().sum() for o in outputs if o.is_floating_point())
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise errors.UnsupportedOptionError(
+                "bench(training=True): the outputs do not depend on anything that "
+                "requires grad, so there is no backward to time."
+            )
+        loss.backward()
+        if all(t.grad is None for t in grads_of):
+            raise errors.OrtlabError("bench(training=True): backward produced no gradient.")
+        # A parameter the loss does not reach has no grad; zeros keep positions aligned.
+        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in grads_of]
+        sync()
+        return [o.detach() for o in outputs] + [g.detach() for g in grads]
+
+    return train
+
+
+def _synchronizer(args: tuple[Any, ...]) -> Callable[[], None]:
+    if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def grad_mode(*, training: bool, no_grad: bool) -> contextlib.AbstractContextManager[Any]:
+    """The grad mode calls run under: ``no_grad`` for inference unless told otherwise."""
+    return contextlib.nullcontext() if training or not no_grad else torch.no_grad()

@@ -1,0 +1,131 @@
+"""How benchmark numbers are written: display rows, markdown tables, JSON values, colours.
+
+Shared by :class:`~ortlab.bench.BenchResult`'s text, HTML and markdown, the zoo report
+and ``benchmarks/profile_call.py``; model strings are escaped (``html.escape``) wherever
+they reach markdown, since markdown renderers pass HTML through.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas
+
+HEADERS = (
+    "backend",
+    "first call (s)",
+    "median (ms)",
+    "p10 (ms)",
+    "p90 (ms)",
+    "× eager",
+    "× ort",
+    "max |diff|",
+    "g/p/s",
+    "in ORT",
+    "iters",
+    "error",
+)
+"""Headers of :func:`display_rows`."""
+
+_COLORS = {
+    "eager": "#7f7f7f",
+    "inductor": "#ff7f0e",
+    "ortlab": "#1f77b4",
+    "ortlab-frozen": "#17becf",
+    "ort": "#2ca02c",
+}
+
+
+def backend_color(name: str) -> str:
+    """The colour of a backend in every benchmark plot."""
+    return _COLORS.get(name, "#9467bd")
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def nan_to(value: Any, default: float) -> float:
+    return float(value) if finite(value) else default
+
+
+def fmt(value: Any, spec: str) -> str:
+    return spec.format(value) if finite(value) else ("inf" if value == math.inf else "")
+
+
+def fmt_ms(value: Any) -> str:
+    """Milliseconds with three significant digits or so (``""`` when not measured)."""
+    if not finite(value):
+        return ""
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def fmt_ratio(value: Any) -> str:
+    return f"{value:.2f}" if finite(value) else ""
+
+
+def display_rows(frame: pandas.DataFrame) -> list[list[str]]:
+    """The rows of a result frame as display text (headers: :data:`HEADERS`)."""
+    rows = []
+    for rec in frame.to_dict("records"):
+        counts = ""
+        if finite(rec["graphs"]):
+            counts = f"{int(rec['graphs'])}/{int(rec['partitions'])}/{int(rec['sessions'])}"
+        in_ort = ""
+        if finite(rec["nodes"]):
+            in_ort = f"{int(rec['nodes_in_ort'])}/{int(rec['nodes'])}"
+        rows.append(
+            [
+                rec["backend"],
+                fmt(rec["first_call_s"], "{:.2f}"),
+                fmt_ms(rec["median_ms"]),
+                fmt_ms(rec["p10_ms"]),
+                fmt_ms(rec["p90_ms"]),
+                fmt_ratio(rec["ratio_to_eager"]),
+                fmt_ratio(rec["ratio_to_ort"]),
+                fmt(rec["max_abs_diff"], "{:.1e}"),
+                counts,
+                in_ort,
+                str(rec["iters"]),
+                rec["error"],
+            ]
+        )
+    return rows
+
+
+def machine_rows(machine: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    return list(machine.items())
+
+
+def markdown_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table; every cell is HTML-escaped and ``|``-escaped."""
+
+    def cell(v: Any) -> str:
+        text = html.escape(str(v), quote=False)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |"]
+    lines.append("|" + "|".join(" --- " for _ in headers) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def json_value(value: Any) -> Any:
+    """A frame value as JSON takes it (NaN/inf become ``null``, numpy scalars Python)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf
+    if hasattr(value, "item"):  # numpy scalars
+        return json_value(value.item())
+    return value
+
+
+def frame_records(frame: pandas.DataFrame) -> list[dict[str, Any]]:
+    return [{k: json_value(v) for k, v in rec.items()} for rec in frame.to_dict("records")]

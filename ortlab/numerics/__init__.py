@@ -1,0 +1,57 @@
+"""Numerics: is the ortlab-compiled call right, and if not, where does it go wrong?
+
+:func:`diff` runs a function (or module) eagerly and through a fresh
+:class:`~ortlab.OrtBackend` on the same inputs and RNG state, each on its own copy of the
+model, and compares at three levels:
+
+- **outputs** (and, with ``backward=True``, **gradients**): per tensor max/mean absolute
+  error, max relative error, 99th percentile, NaN/Inf counts on each side, pass/fail;
+- **partitions**: every partition run, its ONNX Runtime outputs against its own FX
+  subgraph run eagerly on exactly the inputs ONNX Runtime received (the *local* error),
+  and its inputs against an all-eager run of the same graph (the error *carried in*);
+- **nodes**: inside a partition that fails, every intermediate FX node against the ONNX
+  value it became, both as the error accumulated so far and as the node's *own* error,
+  and the **first divergent node**.
+
+``sweep=`` repeats the comparison over execution providers, graph optimisation levels or
+any backend option, with latency, to show what each configuration changes numerically.
+
+Modules: ``_compare`` (the one comparator and its tolerance and NaN/Inf rules),
+``_records`` (the results, plain data), ``_runner`` (both sides of a call),
+``_interpret`` and ``_debug`` (eager references and debug ONNX sessions), ``_localise``
+(partitions and nodes), ``_sweep``, ``_diff`` (the entry point). HTML, tables and plots of
+a report are in :mod:`ortlab.views.numerics`.
+"""
+
+from __future__ import annotations
+
+from ortlab.numerics._compare import (
+    compare_outputs,
+    compare_tensors,
+    default_tolerance,
+    max_abs_error,
+)
+from ortlab.numerics._diff import diff
+from ortlab.numerics._records import (
+    DiffReport,
+    NodeDiff,
+    PartitionDiff,
+    SweepRow,
+    TensorDiff,
+)
+
+__all__ = [
+    # Entry point
+    "diff",
+    # Results
+    "DiffReport",
+    "TensorDiff",
+    "PartitionDiff",
+    "NodeDiff",
+    "SweepRow",
+    # The comparator
+    "compare_tensors",
+    "compare_outputs",
+    "max_abs_error",
+    "default_tolerance",
+]

@@ -1,0 +1,312 @@
+"""The one comparator: tolerances, and an ONNX Runtime value against its eager counterpart.
+
+Everything in ortlab that says how far two results are apart comes here: ``ortlab.diff``
+(outputs, gradients, partition outputs, nodes), ``ortlab.bench``'s ``max_abs_diff``
+column, the demo's "matches" and ``%ortcompile``'s verdict.
+
+Rules
+-----
+- A tensor passes or fails exactly as ``torch.testing.assert_close(..., equal_nan=True)``
+  decides, element by element: ``|actual - expected| <= atol + rtol * |expected|``.
+  Unless given, ``atol`` and ``rtol`` are its per-dtype defaults (float32:
+  ``atol=1e-5, rtol=1.3e-6``; float16: ``1e-5, 1e-3``; bfloat16: ``1e-5, 1.6e-2``;
+  float64: ``1e-7, 1e-7``).
+- Integer and bool tensors and Python scalars are compared exactly (tolerances ignored).
+- NaN and Inf: a NaN matching a NaN, and an infinity matching the same infinity, are
+  equal (error 0); a NaN or Inf on one side only is a mismatch with an infinite error.
+  Every NaN/Inf is counted on each side (``TensorDiff.nan_eager`` ...), so agreeing
+  non-finite values are never hidden.
+- A shape mismatch (other than ``()`` vs ``(1,)``, the runtime's scalar convention) fails
+  with an infinite error; a dtype mismatch fails with a note.
+- Structures (:func:`compare_outputs`): leaves are compared in order; a different number
+  of leaves is a mismatch with an infinite error.
+- Intermediates (partition outputs and FX nodes, ``scale`` given) *diverge* when any
+  element has ``|ort - eager| > atol * max(1, scale) + rtol * |eager|``, ``scale`` being
+  the largest finite magnitude among the node's eager value and its op's operands (see
+  the NOTE below).
+"""
+
+# NOTE: what counts as a divergence inside a partition, and why.
+#
+# 1. The absolute term scales with the operands, ``atol * max(1, scale)``. Rounding error
+#    follows the magnitude of the values an op combines, not each element of its result: a
+#    sum or matmul over values of size ~100 yields elements near 0 (cancellation) whose
+#    error is ~100 * 1e-7. An absolute ``atol=1e-5`` calibrated for O(1) outputs would call
+#    such a node divergent although ORT is as exact as float32 allows. Below magnitude 1
+#    the term stays ``atol`` — the output rule — so a tensor whose elements are all smaller
+#    than ``atol`` cannot diverge: the same values would pass as an output. An error in such
+#    a tiny tensor is reported at the first node that magnifies it beyond ``atol`` (one node
+#    late, never a false alarm upstream).
+# 2. A node diverges on its *own* error: ORT's value against the op run eagerly on ORT's
+#    values of its operands. Errors accumulated upstream within the partition (measured
+#    too, as ``NodeDiff.diff``) do not make a node divergent, so a small error amplified by
+#    a layer-norm backward (x256) is not blamed on the node that amplified it, and a
+#    planted error is found at its node, not at every node downstream. When no node's own
+#    error is beyond tolerance but the partition's outputs are, the first node whose
+#    accumulated error is beyond tolerance is reported instead (small errors adding up).
+# Measured on the zoo (tests/test_numerics_diff.py): clean models, forward and backward,
+# keep every own error below 10% of this tolerance at the float32 defaults; planted changes
+# of 1e-2 (a Constant, a frozen weight) or an op swap are found exactly at their node.
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ortlab import _harness
+from ortlab.numerics import _records
+
+# (atol, rtol) per dtype: the defaults of torch.testing.assert_close.
+_DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-5, 1e-3),
+    torch.bfloat16: (1e-5, 1.6e-2),
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-5, 1e-3),
+    torch.complex64: (1e-5, 1.3e-6),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+SAMPLE_SIZE = 20_000
+"""Elements kept per output for histograms and scatter plots (an even stride)."""
+
+Tolerance = float | Mapping[str, float] | None
+"""One number for every tensor, ``{tensor name: number}`` (others: dtype defaults), or
+``None`` (dtype defaults)."""
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``(atol, rtol)`` that ``torch.testing.assert_close`` uses for ``dtype``.
+
+    Integer and bool dtypes get ``(0.0, 0.0)``: they are compared exactly.
+    """
+    return _DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def tolerance_for(value: Tolerance, name: str) -> float | None:
+    """The tolerance of the tensor called ``name`` (``None``: the dtype default)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    return value.get(name)
+
+
+def intermediate_tolerance(value: Tolerance) -> float | None:
+    """Intermediates use the single tolerance given, or the loosest of a per-output map."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    return max(value.values(), default=None)
+
+
+def _as_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (bool, int, float)):
+        return torch.tensor(value)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return None  # SymInts and anything else: compared with ==
+
+
+def _mismatch(name: str, actual: Any, expected: Any) -> _records.TensorDiff:
+    """Values that are not numbers or tensors: equal or not."""
+    same = bool(actual == expected)
+    return _records.TensorDiff(
+        name,
+        (),
+        type(expected).__name__,
+        0.0,
+        0.0,
+        same,
+        max_abs_error=0.0 if same else math.inf,
+        mismatched=0 if same else 1,
+        numel=1,
+        exact=True,
+        note="" if same else f"ORT {actual!r} != eager {expected!r}",
+    )
+
+
+def compare_tensors(
+    name: str,
+    actual: Any,
+    expected: Any,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    scale: float | None = None,
+    keep_samples: bool = False,
+) -> _records.TensorDiff:
+    """Compares an ONNX Runtime value (``actual``) with the eager one (``expected``).
+
+    Args:
+        name: Shown in tables.
+        actual: Tensor or Python scalar computed through ONNX Runtime.
+        expected: The eager PyTorch value.
+        atol: Absolute tolerance; ``None``: the ``assert_close`` default for the dtype.
+        rtol: Relative tolerance; ``None``: the ``assert_close`` default for the dtype.
+        scale: Intermediate rule (module NOTE): the largest magnitude among the operands
+            of the op that produced ``expected``; ``atol`` becomes
+            ``atol * max(1, scale, max|expected|)``. ``None``: the output rule.
+        keep_samples: Keep up to 20 000 (eager value, error) pairs for plots.
+
+    Returns:
+        A :class:`~ortlab.numerics.TensorDiff` (the rules: module docstring).
+    """
+    a, b = _as_tensor(actual), _as_tensor(expected)
+    if a is None or b is None:
+        return _mismatch(name, actual, expected)
+    shape = tuple(b.shape)
+    dtype = str(b.dtype).removeprefix("torch.")
+    exact = (not (b.dtype.is_floating_point or b.dtype.is_complex)) or not isinstance(
+        expected, torch.Tensor
+    )
+    atol_used, rtol_used = 0.0, 0.0
+    if not exact:
+        d_atol, d_rtol = default_tolerance(b.dtype)
+        atol_used = d_atol if atol is None else float(atol)
+        rtol_used = d_rtol if rtol is None else float(rtol)
+    if a.shape != b.shape:
+        if a.numel() == b.numel() and a.numel() <= 1:
+            a = a.reshape(b.shape)  # 0-d vs (1,): the runtime's scalar convention
+        else:
+            return _records.TensorDiff(
+                name,
+                shape,
+                dtype,
+                atol_used,
+                rtol_used,
+                False,
+                max_abs_error=math.inf,
+                mismatched=b.numel(),
+                numel=b.numel(),
+                exact=exact,
+                note=f"shape differs: ORT {list(a.shape)} vs eager {list(b.shape)}",
+            )
+    dtype_ok = a.dtype == b.dtype or not isinstance(actual, torch.Tensor)
+    note = "" if dtype_ok else f"dtype differs: ORT {str(a.dtype).removeprefix('torch.')}"
+    if a.is_complex() or b.is_complex():
+        a64 = torch.view_as_real(a.to(torch.complex128)).cpu()
+        b64 = torch.view_as_real(b.to(torch.complex128)).cpu()
+    else:
+        a64 = a.to(device="cpu", dtype=torch.float64)
+        b64 = b.to(device="cpu", dtype=torch.float64)
+    nan_a, nan_b = torch.isnan(a64), torch.isnan(b64)
+    inf_a, inf_b = torch.isinf(a64), torch.isinf(b64)
+    finite = ~(nan_a | nan_b | inf_a | inf_b)
+    agree_nonfinite = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
+    err = torch.where(finite, (a64 - b64).abs(), torch.zeros_like(a64))
+    err = torch.where(finite | agree_nonfinite, err, torch.full_like(err, math.inf))
+    abs_b = torch.where(finite, b64.abs(), torch.zeros_like(b64))
+    own_scale = float(abs_b.max()) if abs_b.numel() else 0.0
+    if scale is not None:
+        own_scale = max(own_scale, scale)
+        atol_used *= max(1.0, own_scale)
+    allowed = atol_used + rtol_used * abs_b
+    mismatched = int((err > allowed).sum())
+    result = _records.TensorDiff(
+        name,
+        shape,
+        dtype,
+        atol_used,
+        rtol_used,
+        mismatched == 0 and dtype_ok,
+        mismatched=mismatched,
+        numel=b.numel(),
+        nan_eager=int(nan_b.sum()),
+        nan_ort=int(nan_a.sum()),
+        inf_eager=int(inf_b.sum()),
+        inf_ort=int(inf_a.sum()),
+        exact=exact,
+        scale=own_scale,
+        note=note,
+    )
+    if result.numel:
+        _fill_statistics(result, err, allowed, finite, a64, b64, keep_samples=keep_samples)
+    return result
+
+
+def _fill_statistics(
+    result: _records.TensorDiff,
+    err: torch.Tensor,
+    allowed: torch.Tensor,
+    finite: torch.Tensor,
+    a64: torch.Tensor,
+    b64: torch.Tensor,
+    *,
+    keep_samples: bool,
+) -> None:
+    """Error statistics, the worst element and (optionally) samples, from the float64
+    element errors ``err`` of a non-empty comparison."""
+    flat_err = err.reshape(-1)
+    over = torch.where(allowed > 0, err / allowed.clamp_min(1e-300), err * math.inf)
+    result.ratio = float(torch.nan_to_num(over, nan=0.0, posinf=math.inf).max())
+    worst = int(torch.argmax(flat_err))
+    result.max_abs_error = float(flat_err[worst])
+    finite_flat = finite.reshape(-1)
+    if bool(finite_flat.any()):
+        result.mean_abs_error = float(flat_err[finite_flat].mean())
+    nonzero = finite & (b64 != 0)
+    if bool(nonzero.any()):
+        result.max_rel_error = float((err[nonzero] / b64[nonzero].abs()).max())
+    # "higher": no interpolation between infinities (which would give NaN).
+    result.p99_abs_error = float(np.percentile(flat_err.numpy(), 99, method="higher"))
+    if result.max_abs_error > 0:
+        index = np.unravel_index(worst, tuple(err.shape))
+        result.worst_index = tuple(int(i) for i in index)
+        result.eager_at_worst = float(b64.reshape(-1)[worst])
+        result.ort_at_worst = float(a64.reshape(-1)[worst])
+    if keep_samples:
+        picked = torch.nonzero(finite_flat).reshape(-1)
+        if picked.numel() > SAMPLE_SIZE:
+            picked = picked[:: math.ceil(picked.numel() / SAMPLE_SIZE)]
+        result.eager_sample = b64.reshape(-1)[picked].numpy().copy()
+        result.error_sample = flat_err[picked].numpy().copy()
+
+
+def compare_outputs(
+    actual: Any,
+    expected: Any,
+    *,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    keep_samples: bool = False,
+) -> list[_records.TensorDiff]:
+    """Compares two nested outputs leaf by leaf (names: ``"output[0]"``, ...).
+
+    A different number of leaves adds a failing entry ``"structure"`` with an infinite
+    error; the leaves both have are still compared.
+    """
+    got, want = _harness.named_leaves(actual), _harness.named_leaves(expected)
+    diffs = [
+        compare_tensors(
+            name,
+            a,
+            b,
+            atol=tolerance_for(atol, name),
+            rtol=tolerance_for(rtol, name),
+            keep_samples=keep_samples,
+        )
+        for (name, b), (_, a) in zip(want, got)
+    ]
+    if len(got) != len(want):
+        diffs.append(
+            _records.TensorDiff(
+                "structure",
+                (),
+                "",
+                0.0,
+                0.0,
+                False,
+                max_abs_error=math.inf,
+                note=f"ORT returned {len(got)} values, eager {len(want)}",
+            )
+        )
+    return diffs
+
+
+def max_abs_error(diffs: list[_records.TensorDiff]) -> float:
+    """The largest absolute error among compared values (0 when there are none)."""
+    return max((d.max_abs_error for d in diffs), default=0.0)

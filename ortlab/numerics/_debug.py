@@ -1,0 +1,135 @@
+"""Debug copies of a partition's ONNX model: every intermediate value as an extra output.
+
+The exporter stamps each ONNX node with the FX node it came from (provenance metadata
+``pkg.torch.onnx.fx_node``) and usually names the value an FX node becomes after it.
+:func:`onnx_values` matches FX nodes to ONNX values that way; :func:`run_debug_model`
+runs a copy of the session's model that also returns those values, on the very inputs the
+partition received, in a session made the backend's way (same providers and session
+options, zero-copy hand-off: :func:`ortlab.backend.create_session`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx.numpy_helper
+import torch
+
+import ortlab.backend
+from ortlab import _html
+from ortlab.backend import records
+
+if TYPE_CHECKING:
+    from ortlab.backend import OrtBackendOptions
+    from ortlab.numerics._runner import Capture
+
+
+def onnx_values(
+    model: onnx.ModelProto, fx_names: Sequence[str]
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """FX node name -> ONNX value name, and FX node name -> stamped ONNX op types.
+
+    The exporter names the value an FX node becomes after the node; when it did not, the
+    last ONNX node stamped with the FX node produces it.
+    """
+    produced: set[str] = set()
+    last_stamped: dict[str, onnx.NodeProto] = {}
+    ops: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        produced.update(o for o in node.output if o)
+        fx = records.fx_node_of(node)
+        if fx is not None:
+            last_stamped[fx] = node
+            ops.setdefault(fx, []).append(node.op_type)
+    mapping: dict[str, str] = {}
+    for name in fx_names:
+        if name in produced:
+            mapping[name] = name
+        elif name in last_stamped and last_stamped[name].output:
+            mapping[name] = last_stamped[name].output[0]
+    return mapping, ops
+
+
+def _debug_model(model: onnx.ModelProto, values: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also returns ``values`` (intermediates) as graph outputs."""
+    debug = onnx.ModelProto()
+    debug.CopyFrom(model)
+    graph = debug.graph
+    existing = {o.name for o in graph.output}
+    infos = {v.name: v for v in graph.value_info}
+    for name in values:
+        if name in existing:
+            continue
+        existing.add(name)
+        out = graph.output.add()
+        out.name = name
+        info = infos.get(name)
+        if info is not None and info.type.HasField("tensor_type"):
+            # Element type only: shapes may be symbolic or changed by a transform; ORT
+            # infers them (and the element type, where the model has none).
+            out.type.tensor_type.elem_type = info.type.tensor_type.elem_type
+    return debug
+
+
+def _model_inputs(capture: Capture, model: onnx.ModelProto) -> list[Any]:
+    """The captured partition inputs in the order of the model's inputs (frozen
+    parameters are initializers, not inputs)."""
+    placeholders = capture.partition.input_names
+    by_name = dict(zip(placeholders, capture.inputs))
+    frozen = capture.session.frozen_inputs
+    unnamed = [v for n, v in zip(placeholders, capture.inputs) if n not in frozen]
+    # The exporter names inputs after placeholders; else they are the non-frozen ones in
+    # order.
+    return [
+        by_name[info.name] if info.name in by_name else unnamed[position]
+        for position, info in enumerate(model.graph.input)
+    ]
+
+
+def run_debug_model(
+    capture: Capture, values: Sequence[str], options: OrtBackendOptions
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Runs the debug copy on the captured inputs; returns values by ONNX name and a note.
+
+    The session uses the providers of the session that ran (``capture.session``) and the
+    backend's ``options`` (session options, provider options).
+    """
+    record = capture.session
+    model = _debug_model(record.model, values)
+    session = ortlab.backend.create_session(
+        model,
+        like=_model_inputs(capture, model),
+        options=options,
+        providers=record.providers,
+    )
+    results = session.run(_model_inputs(capture, model))
+    out = {n: r.detach().cpu() for n, r in zip(session.output_names, results)}
+    # The debug copy must reproduce what ORT returned, or its intermediates mean little
+    # (extra outputs can stop a fusion and change rounding).
+    worst = 0.0
+    for name, got in zip(record.output_names, capture.outputs):
+        mine = out.get(name)
+        if mine is not None and isinstance(got, torch.Tensor) and mine.shape == got.shape:
+            if got.is_floating_point():
+                d = (mine.double() - got.detach().cpu().double()).abs()
+                d = d[torch.isfinite(d)]
+                worst = max(worst, float(d.max()) if d.numel() else 0.0)
+    note = ""
+    if worst > 0:
+        note = (
+            f"the debug model (intermediates as outputs) differs from the ORT run by up to "
+            f"{_html.number(worst)} at the partition outputs (ORT fused differently)"
+        )
+    return out, note
+
+
+def frozen_initializers(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, Any]:
+    """The frozen parameters ``names`` as the model holds them (its initializers)."""
+    wanted = set(names)
+    return {
+        init.name: torch.from_numpy(onnx.numpy_helper.to_array(init).copy())
+        for init in model.graph.initializer
+        if init.name in wanted
+    }

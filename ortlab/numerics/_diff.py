@@ -1,0 +1,174 @@
+"""``ortlab.diff``: is the ortlab-compiled call right, and if not, where does it go wrong?"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+import ortlab.backend
+from ortlab import errors
+from ortlab.numerics import _compare, _localise, _records, _runner, _sweep
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What :func:`diff` was asked, the same for every comparison of a sweep."""
+
+    fn: Any
+    args: Sequence[Any]
+    atol: _compare.Tolerance
+    rtol: _compare.Tolerance
+    backward: bool
+    dynamic: bool | None
+    nodes: bool | None
+    options: Any
+
+    def once(
+        self, backend_options: Mapping[str, Any]
+    ) -> tuple[_records.DiffReport, _runner.Runs]:
+        """One comparison with these backend options on top of ``options``."""
+        merged = ortlab.backend.merge_options(self.options, **backend_options)
+        return _diff_once(self, ortlab.backend.OrtBackend(merged))
+
+    def timed_once(
+        self, backend_options: Mapping[str, Any]
+    ) -> tuple[_records.DiffReport, Callable[[], None]]:
+        """One comparison, and a callable running its compiled side again (the sweep)."""
+        report, runs = self.once(backend_options)
+        return report, runs.rerun
+
+
+def _diff_once(
+    request: _Request, backend: ortlab.backend.OrtBackend
+) -> tuple[_records.DiffReport, _runner.Runs]:
+    """One comparison with ``backend``; also returns both sides' runs."""
+    atol, rtol, backward = request.atol, request.rtol, request.backward
+    runs = _runner.run_both(
+        request.fn, request.args, backend, backward=backward, dynamic=request.dynamic
+    )
+    notes = runs.notes
+    if not backend.graphs:
+        notes.append("Dynamo compiled no graph: the compiled call ran entirely in eager")
+    eager, compiled = runs.eager, runs.compiled
+
+    def compare(name: str, got: Any, ref: Any) -> _records.TensorDiff:
+        atol_, rtol_ = _compare.tolerance_for(atol, name), _compare.tolerance_for(rtol, name)
+        return _compare.compare_tensors(
+            name, got, ref, atol=atol_, rtol=rtol_, keep_samples=True
+        )
+
+    outputs = [
+        compare(name, got, ref)
+        for (name, ref), (_, got) in zip(eager.outputs, compiled.outputs)
+    ]
+    if len(eager.outputs) != len(compiled.outputs):
+        notes.append(
+            f"eager returned {len(eager.outputs)} values, the compiled call "
+            f"{len(compiled.outputs)}"
+        )
+    gradients = []
+    for (name, ref), (_, got) in zip(eager.grads, compiled.grads):
+        if ref is not None and got is not None:
+            gradients.append(compare(name, got, ref))
+        elif ref is not None or got is not None:
+            gradients.append(
+                _records.TensorDiff(
+                    name, (), "", 0.0, 0.0, False, note="gradient missing on one side"
+                )
+            )
+    if backward and not gradients:
+        notes.append("backward=True but no output needed a gradient")
+    # The all-eager reference replays the runs' RNG state; the caller's is kept.
+    with torch.random.fork_rng(devices=runs.devices):
+        partitions = _localise.partition_diffs(
+            backend,
+            runs.captures,
+            atol=_compare.intermediate_tolerance(atol),
+            rtol=_compare.intermediate_tolerance(rtol),
+            nodes=request.nodes,
+            rng_state=runs.rng,
+        )
+    report = _records.DiffReport(
+        outputs,
+        gradients,
+        partitions,
+        backend,
+        atol,
+        rtol,
+        backward,
+        eager_seconds=eager.seconds,
+        compiled_seconds=compiled.seconds,
+        notes=notes,
+    )
+    return report, runs
+
+
+def diff(
+    fn: Callable[..., Any],
+    *args: Any,
+    atol: _compare.Tolerance = None,
+    rtol: _compare.Tolerance = None,
+    backward: bool = False,
+    sweep: Mapping[str, Sequence[Any]] | None = None,
+    dynamic: bool | None = True,
+    nodes: bool | None = None,
+    repeat: int = 5,
+    options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
+    **backend_options: Any,
+) -> _records.DiffReport:
+    """Compares an ortlab-compiled call of ``fn`` with eager PyTorch on the same inputs.
+
+    Both sides start from the same RNG state; a module is deep-copied for each side, so
+    neither run can affect the other (or ``fn``). Example::
+
+        report = ortlab.diff(model, x, atol=1e-4, rtol=1e-4)
+        report.passed, report.first_divergent, report.to_frame()
+
+    Args:
+        fn: An ``nn.Module`` or function (a ``torch.compile``-d one is unwrapped first).
+        *args: Positional inputs, cloned for each run.
+        atol: Absolute tolerance: a number, or ``{output name: number}``; ``None``: the
+            ``torch.testing.assert_close`` default of each dtype (the rules:
+            :mod:`ortlab.numerics._compare`).
+        rtol: Relative tolerance, like ``atol``.
+        backward: Also compare gradients of the parameters and of every floating-point
+            input (made to require grad), for a fixed random output gradient.
+        sweep: ``{"providers": [...], "graph_optimization_level": [...], <option>: [...]}``:
+            repeat the diff for every combination (keys may be any ``OrtBackendOptions``
+            field too) and time it; rows land in ``report.sweep``. Providers this
+            onnxruntime build lacks give a "skipped" row.
+        dynamic: Passed to ``torch.compile``.
+        nodes: Compare intermediate nodes: ``None`` in failing partitions only, ``True`` in
+            every partition, ``False`` never.
+        repeat: Timed calls per sweep configuration (the median is reported).
+        options: An ``OrtBackendOptions`` (or dict) to start from.
+        **backend_options: ``OrtBackendOptions`` fields, e.g. ``pre_ort_model_transforms``,
+            ``excluded_ops``.
+
+    Returns:
+        A :class:`~ortlab.numerics.DiffReport`.
+
+    Raises:
+        UnsupportedOptionError: an unknown backend option or sweep key.
+    """
+    if not callable(fn):
+        raise errors.UnsupportedOptionError(
+            f"ortlab.diff needs a module or function to call; got {type(fn).__name__}."
+        )
+    if sweep:
+        _sweep.configurations(sweep)  # a bad sweep fails before anything runs
+
+    request = _Request(fn, args, atol, rtol, backward, dynamic, nodes, options)
+    report, runs = request.once(backend_options)
+    if sweep:
+        report.sweep = _sweep.run_sweep(
+            sweep,
+            request.timed_once,
+            runs.eager_rerun,
+            backend_options=backend_options,
+            repeat=repeat,
+        )
+    return report

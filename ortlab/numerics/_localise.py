@@ -1,0 +1,378 @@
+"""Where a difference comes from: each partition run, and the nodes inside a failing one.
+
+For every partition run captured during the compiled call:
+
+- its ONNX Runtime outputs against its own FX subgraph run eagerly on exactly the inputs
+  ONNX Runtime received (the *local* error, :attr:`PartitionDiff.outputs`);
+- its inputs and outputs against an all-eager run of the whole partitioned graph on the
+  same graph inputs and RNG state (the error *carried in*, and the *total* error);
+- inside a failing partition (or every one with ``nodes=True``), every FX node against
+  the ONNX value it became (accumulated error) and against its op run on the ONNX values
+  of its operands (its *own* error); the first node whose own error is beyond tolerance is
+  the *first divergent node*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ortlab.numerics import _compare, _debug, _interpret, _records, _runner
+
+if TYPE_CHECKING:
+    from ortlab.backend import OrtBackend, OrtBackendOptions, PartitionRecord
+
+
+def _compare_nodes(
+    capture: _runner.Capture,
+    eager_env: Mapping[torch.fx.Node, Any],
+    scales: _interpret.OperandScales,
+    *,
+    atol: float | None,
+    rtol: float | None,
+    options: OrtBackendOptions,
+    notes: list[str],
+) -> list[_records.NodeDiff]:
+    """Every intermediate FX node of one partition run vs its ONNX value (accumulated
+    error) and vs its op run on the ONNX values of its operands (own error)."""
+    record = capture.partition
+    nodes = [n for n in record.graph_module.graph.nodes if n.op != "output"]
+    names = [n.name for n in nodes if n.op != "placeholder"]
+    mapping, ops = _debug.onnx_values(capture.session.model, names)
+    ort_values: dict[str, torch.Tensor] = {}
+    try:
+        ort_values, note = _debug.run_debug_model(
+            capture, sorted(set(mapping.values())), options
+        )
+        if note:
+            notes.append(note)
+    except Exception as e:
+        notes.append(f"could not run the debug model: {type(e).__name__}: {e}")
+    frozen = _debug.frozen_initializers(capture.session.model, capture.session.frozen_inputs)
+    # What ONNX Runtime computed for each node, where it is known; elsewhere the node
+    # recomputed eagerly from those values (tuples of multi-output ops, unmatched nodes).
+    ort_env: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, capture.inputs):
+        ort_env[node] = frozen.get(node.name, _runner.clone_value(value))
+    compare = _NodeComparison(
+        record, eager_env, ort_env, scales, mapping, ops, ort_values, frozen, atol, rtol
+    )
+    with torch.no_grad():
+        found = [compare(node, position) for position, node in enumerate(nodes)]
+    return [n for n in found if n is not None]
+
+
+@dataclasses.dataclass
+class _NodeComparison:
+    """Compares the nodes of one partition run, in topological order (each node's ORT
+    value is put into ``ort_env`` for the nodes that read it)."""
+
+    record: PartitionRecord
+    eager_env: Mapping[torch.fx.Node, Any]
+    ort_env: dict[torch.fx.Node, Any]
+    scales: _interpret.OperandScales
+    mapping: Mapping[str, str]
+    """FX node name -> ONNX value name."""
+    ops: Mapping[str, Sequence[str]]
+    ort_values: Mapping[str, torch.Tensor]
+    """ONNX value name -> what the debug model computed."""
+    frozen: Mapping[str, Any]
+    atol: float | None
+    rtol: float | None
+
+    def __call__(self, node: torch.fx.Node, position: int) -> _records.NodeDiff | None:
+        eager = self.eager_env.get(node)
+        record = self.record
+        base: dict[str, Any] = {
+            "partition": record.name,
+            "graph_index": record.graph_index,
+            "graph_kind": record.graph_kind,
+            "node": node.name,
+            "target": "placeholder"
+            if node.op == "placeholder"
+            else _interpret.target_text(node),
+            "position": position,
+            "onnx_ops": tuple(self.ops.get(node.name, ())),
+        }
+        if node.op == "placeholder":
+            if node.name not in self.frozen:
+                return None  # a real input: identical on both sides by construction
+            diff = _compare.compare_tensors(
+                node.name,
+                self.frozen[node.name],
+                eager,
+                scale=0.0,
+                atol=self.atol,
+                rtol=self.rtol,
+            )
+            return _records.NodeDiff(
+                **base, onnx_value=node.name, diff=diff, note="frozen initializer"
+            )
+        local_note = ""
+        try:
+            local_ref = _interpret.local_value(node, self.ort_env)
+        except Exception as e:
+            local_ref = None
+            local_note = f"own error not isolated ({type(e).__name__})"
+        value_name = self.mapping.get(node.name, "")
+        got = self.ort_values.get(value_name) if value_name else None
+        if isinstance(got, torch.Tensor) and isinstance(eager, torch.Tensor):
+            if got.dtype != eager.dtype and got.numel() == eager.numel():
+                got = got.to(eager.dtype)  # a translation detail, not a numerical error
+            if got.shape != eager.shape and got.squeeze().shape == eager.squeeze().shape:
+                got = got.reshape(eager.shape)  # (1,) vs (): the runtime's scalar convention
+            self.ort_env[node] = got
+        else:
+            self.ort_env[node] = local_ref if local_ref is not None else eager
+        if not isinstance(eager, torch.Tensor):
+            kind = "a tuple" if isinstance(eager, (tuple, list)) else type(eager).__name__
+            return _records.NodeDiff(
+                **base, onnx_value=value_name, diff=None, note=f"value is {kind}"
+            )
+        if got is None:
+            why = "no ONNX value carries this node" if not value_name else "not computed"
+            return _records.NodeDiff(**base, onnx_value=value_name, diff=None, note=why)
+        scale = self.scales(node)
+        diff = _compare.compare_tensors(
+            node.name, got, eager, scale=scale, atol=self.atol, rtol=self.rtol
+        )
+        local = None
+        if isinstance(local_ref, torch.Tensor):
+            local = _compare.compare_tensors(
+                node.name, got, local_ref, scale=scale, atol=self.atol, rtol=self.rtol
+            )
+        return _records.NodeDiff(
+            **base, onnx_value=value_name, diff=diff, local=local, note=local_note
+        )
+
+
+def _compatible(meta: Any, value: Any) -> bool:
+    """Whether ``value`` can be what a placeholder with this ``meta["val"]`` received."""
+    if isinstance(meta, torch.Tensor):
+        return (
+            isinstance(value, torch.Tensor)
+            and value.dtype == meta.dtype
+            and value.dim() == meta.dim()
+        )
+    return isinstance(meta, (torch.SymInt, int)) and isinstance(value, int)
+
+
+def _bind_placeholders(
+    gm: torch.fx.GraphModule, captures: Sequence[_runner.Capture], known: Mapping[str, Any]
+) -> tuple[list[Any] | None, str]:
+    """Values of a partitioned graph's placeholders, recovered from what its partitions
+    received, else from ``known`` values of earlier graphs by name (AOTAutograd names a
+    backward graph's saved inputs after the forward nodes that made them); SymInt
+    placeholders are bound from tensor shapes. ``None`` and a reason when an input no
+    partition saw is needed."""
+    values: dict[str, Any] = {}
+    calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
+    for cap in captures:
+        call = calls.get(cap.partition.name)
+        if call is None:
+            continue
+        for arg, value in zip(call.args, cap.inputs):
+            if isinstance(arg, torch.fx.Node) and arg.op == "placeholder":
+                values.setdefault(arg.name, value)
+    live = _interpret.live_nodes(gm.graph)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        if node.name not in values and node.name in known and node in live:
+            if _compatible(node.meta.get("val"), known[node.name]):
+                values[node.name] = known[node.name]
+    symbols: dict[Any, int] = {}
+    for node in placeholders:
+        meta, value = node.meta.get("val"), values.get(node.name)
+        if isinstance(meta, torch.Tensor) and isinstance(value, torch.Tensor):
+            for dim, size in zip(meta.shape, value.shape):
+                if isinstance(dim, torch.SymInt):
+                    symbols[dim.node.expr] = int(size)
+    out = []
+    for node in placeholders:
+        if node.name in values:
+            out.append(values[node.name])
+            continue
+        meta = node.meta.get("val")
+        if node not in live:
+            out.append(None)
+        elif isinstance(meta, torch.SymInt) and meta.node.expr in symbols:
+            out.append(symbols[meta.node.expr])
+        else:
+            return None, f"graph input {node.name} reaches no partition"
+    return out, ""
+
+
+def _carried_in(
+    backend: OrtBackend,
+    captures: Sequence[_runner.Capture],
+    results: Mapping[int, _records.PartitionDiff],
+    *,
+    atol: float | None,
+    rtol: float | None,
+    rng_state: _runner.RngState,
+) -> None:
+    """Fills ``carried_in`` and ``total_error``: each partition's inputs and outputs
+    against an all-eager run of its graph on the same graph inputs (and RNG state, so
+    eager random ops such as dropout draw what they drew in the compiled run)."""
+    known: dict[str, Any] = {}  # values seen so far by FX name, across graphs
+    for graph in backend.graphs:
+        gm = graph.partitioned
+        mine = [
+            (i, c) for i, c in enumerate(captures) if c.partition.graph_index == graph.index
+        ]
+        if gm is None or not mine:
+            continue
+        first_runs: dict[str, tuple[int, _runner.Capture]] = {}
+        for i, cap in mine:
+            first_runs.setdefault(cap.partition.name, (i, cap))
+        if len(first_runs) != len(mine):
+            note = "partitions ran several times: error carried in is not split by run"
+            for i, _ in mine:
+                results[i].notes.append(note)
+            continue
+        values, why = _bind_placeholders(gm, [c for _, c in mine], known)
+        for _, cap in mine:
+            known.update(zip(cap.partition.input_names, cap.inputs))
+            known.update(zip(cap.partition.output_names, cap.outputs))
+        if values is None:
+            for i, _ in mine:
+                results[i].notes.append(f"no all-eager reference: {why}")
+            continue
+        eager = {p.name: p.graph_module for p in graph.partitions}
+        interp = _interpret.AllEagerInterpreter(gm, eager)
+        try:
+            with torch.no_grad():
+                rng_state.restore()
+                # Clones: ops such as batch norm update their inputs in place.
+                interp.run(*(_runner.clone_value(v) for v in values))
+        except Exception as e:
+            for i, _ in mine:
+                results[i].notes.append(
+                    "no all-eager reference: the graph failed eagerly "
+                    f"({type(e).__name__}: {e})"
+                )
+            continue
+        for i, cap in mine:
+            _fill_carried_in(results[i], cap, interp, atol=atol, rtol=rtol)
+
+
+def _fill_carried_in(
+    result: _records.PartitionDiff,
+    cap: _runner.Capture,
+    interp: _interpret.AllEagerInterpreter,
+    *,
+    atol: float | None,
+    rtol: float | None,
+) -> None:
+    ref_args = interp.partition_args.get(cap.partition.name)
+    if ref_args is None:
+        return
+    worst, worst_name = 0.0, ""
+    for name, got, ref in zip(cap.partition.input_names, cap.inputs, ref_args):
+        d = _compare.compare_tensors(name, got, ref, atol=atol, rtol=rtol, scale=0.0)
+        if d.max_abs_error > worst or (not worst_name and not d.passed):
+            worst, worst_name = d.max_abs_error, name
+    result.carried_in, result.carried_in_from = worst, worst_name
+    ref_out = interp.partition_outputs.get(cap.partition.name)
+    ref_outs = ref_out if isinstance(ref_out, (tuple, list)) else (ref_out,)
+    result.total_error = _compare.max_abs_error(
+        [_compare.compare_tensors("", got, ref) for got, ref in zip(cap.outputs, ref_outs)]
+    )
+
+
+def _partition_run(
+    cap: _runner.Capture,
+    run: int,
+    *,
+    atol: float | None,
+    rtol: float | None,
+    nodes: bool | None,
+    options: OrtBackendOptions,
+) -> _records.PartitionDiff:
+    """One partition run: its local error and, when asked or failing, its nodes."""
+    record = cap.partition
+    result = _records.PartitionDiff(
+        record.name,
+        record.graph_index,
+        record.graph_kind,
+        run,
+        "ort",
+        session_index=cap.session.index,
+    )
+    interp = _interpret.RecordingInterpreter(record.graph_module)
+    try:
+        with torch.no_grad():
+            eager_out = interp.run(*(_runner.clone_value(v) for v in cap.inputs))
+    except Exception as e:
+        result.state = "eager failed"
+        result.notes.append(f"the FX subgraph failed eagerly: {type(e).__name__}: {e}")
+        return result
+    eager_outs = eager_out if isinstance(eager_out, (tuple, list)) else (eager_out,)
+    scales = _interpret.OperandScales(interp.env)
+    output_node = next(n for n in record.graph_module.graph.nodes if n.op == "output")
+    out_args = output_node.args[0]
+    out_nodes = out_args if isinstance(out_args, (tuple, list)) else (out_args,)
+    for name, got, ref, node in zip(record.output_names, cap.outputs, eager_outs, out_nodes):
+        result.outputs.append(
+            _compare.compare_tensors(name, got, ref, atol=atol, rtol=rtol, scale=scales(node))
+        )
+    if nodes or (nodes is None and not result.passed):
+        result.nodes = _compare_nodes(
+            cap,
+            interp.env,
+            scales,
+            atol=atol,
+            rtol=rtol,
+            options=options,
+            notes=result.notes,
+        )
+        if not result.passed and result.first_divergent is None:
+            result.notes.append(
+                "the outputs diverge but no intermediate could be matched to ONNX"
+            )
+    return result
+
+
+def partition_diffs(
+    backend: OrtBackend,
+    captures: Sequence[_runner.Capture],
+    *,
+    atol: float | None,
+    rtol: float | None,
+    nodes: bool | None,
+    rng_state: _runner.RngState,
+) -> list[_records.PartitionDiff]:
+    """Every captured partition run, in execution order, then the partitions that did not
+    run in ONNX Runtime (fell back to PyTorch, or did not run at all).
+
+    Args:
+        nodes: Compare intermediate nodes: ``None`` in failing partitions only, ``True``
+            in every partition, ``False`` never.
+    """
+    runs: dict[tuple[int, str], int] = {}
+    results: dict[int, _records.PartitionDiff] = {}
+    for index, cap in enumerate(captures):
+        key = (cap.partition.graph_index, cap.partition.name)
+        runs[key] = runs.get(key, 0) + 1
+        results[index] = _partition_run(
+            cap, runs[key] - 1, atol=atol, rtol=rtol, nodes=nodes, options=backend.options
+        )
+    _carried_in(backend, captures, results, atol=atol, rtol=rtol, rng_state=rng_state)
+    ordered = [results[i] for i in range(len(captures))]
+    seen = {(c.partition.graph_index, c.partition.name) for c in captures}
+    for record in backend.partitions:
+        if (record.graph_index, record.name) in seen:
+            continue
+        state = "eager" if record.error else "not run"
+        notes = [record.error] if record.error else ["did not run during the diff"]
+        ordered.append(
+            _records.PartitionDiff(
+                record.name, record.graph_index, record.graph_kind, 0, state, notes=notes
+            )
+        )
+    return ordered

@@ -1,0 +1,95 @@
+"""The bare-ORT floor of ortlab.bench: the whole model exported once, run by one session
+made and fed the backend's way (providers from the inputs' device, zero-copy)."""
+
+from __future__ import annotations
+
+import math
+
+import onnxruntime
+import pytest
+import torch
+
+import ortlab
+from ortlab import errors, zoo
+from ortlab.bench import _floor
+
+FAST = dict(warmup=1, iters=5)
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or "CUDAExecutionProvider" not in onnxruntime.get_available_providers(),
+    reason="needs a CUDA GPU and onnxruntime-gpu (pip install 'ortlab[gpu]')",
+)
+
+
+def _linear_gelu():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+
+
+def test_floor_runs_the_exported_model_and_returns_torch_tensors():
+    model, x = _linear_gelu(), torch.randn(4, 8)
+    floor = _floor.OrtFloor(model, (x,))
+    (out,) = floor(x)
+    assert isinstance(out, torch.Tensor) and out.device == x.device
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+    assert floor.session.providers[0] == "CPUExecutionProvider"
+
+
+def test_floor_uses_the_session_options_and_providers_of_the_ortlab_options():
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    x = torch.randn(4, 8)
+    floor = _floor.OrtFloor(_linear_gelu(), (x,), options={"ort_session_options": options})
+    assert floor.session.session.get_session_options().intra_op_num_threads == 1
+    with pytest.warns(RuntimeWarning, match="'NoSuch' is not available"):
+        preferred = _floor.OrtFloor(
+            _linear_gelu(), (x,), options={"preferred_execution_providers": ["NoSuch"]}
+        )
+    assert preferred.session.providers == ("CPUExecutionProvider",)
+
+
+def test_floor_of_a_plain_function_with_several_inputs():
+    def mix(a, b):
+        return (a * b).sum(dim=0), torch.relu(a - b)
+
+    a, b = torch.randn(3, 5), torch.randn(3, 5)
+    outs = _floor.OrtFloor(mix, (a, b))(a, b)
+    for got, want in zip(outs, mix(a, b)):
+        torch.testing.assert_close(got, want)
+
+
+def test_bench_ort_export_failure_is_an_error_row_while_ortlab_falls_back():
+    # The custom op has no ONNX translation: the whole-model export must fail, while the
+    # ortlab backend runs that op in eager and the rest in ONNX Runtime.
+    entry = zoo.get("custom_op")
+    model, inputs = entry.instantiate()
+    result = ortlab.bench(model, *inputs, backends=("eager", "ort", "ortlab"), **FAST)
+
+    assert result.row("ort")["error"] != ""
+    assert math.isnan(result.row("ort")["median_ms"])
+    ortlab_row = result.row("ortlab")
+    assert ortlab_row["error"] == ""
+    assert 0 < ortlab_row["nodes_in_ort"] < ortlab_row["nodes"]
+    assert ortlab_row["max_abs_diff"] <= entry.atol
+
+
+def test_floor_refuses_inputs_unlike_those_it_was_made_for():
+    x = torch.randn(4, 8)
+    floor = _floor.OrtFloor(_linear_gelu(), (x,))
+    with pytest.raises(errors.SessionError, match="create a session like these inputs"):
+        floor(x.double())
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_floor_of_cuda_inputs_runs_on_the_cuda_provider_and_stays_on_device():
+    model, x = _linear_gelu().cuda(), torch.randn(4, 8, device="cuda")
+    floor = _floor.OrtFloor(model, (x,))
+    assert floor.session.providers[0] == "CUDAExecutionProvider"
+    (out,) = floor(x)
+    assert out.device == x.device
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)

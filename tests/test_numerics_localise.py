@@ -1,0 +1,152 @@
+"""Localisation: a planted divergence is found in its partition and at its node, and the
+error carried in from upstream is told apart from the error a partition makes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from numerics_helpers import (
+    GeluTanhGelu,
+    partition_holding,
+    perturb_sqrt2_constant_of,
+    sigmoid_to_relu,
+    x_of,
+)
+
+import ortlab
+from ortlab import zoo
+
+
+@pytest.fixture(scope="module")
+def sigmoid_planted():
+    model, inputs = zoo.get("custom_op").instantiate()
+    return ortlab.diff(model, *inputs, pre_ort_model_transforms=[sigmoid_to_relu])
+
+
+def test_sigmoid_turned_relu_is_found_in_its_partition_and_node(sigmoid_planted):
+    report = sigmoid_planted
+    assert not report.passed
+    culprit = partition_holding(report, "sigmoid")
+    compared = [p for p in report.partitions if p.state == "ort"]
+    assert len(compared) == 2
+    failing = report.failing_partitions
+    assert [p.name for p in failing] == [culprit]
+    clean = next(p for p in compared if p.name != culprit)
+    assert clean.passed and clean.local_error < 1e-5
+    first = report.first_divergent
+    assert first is not None
+    assert (first.partition, first.node) == (culprit, "sigmoid")
+    assert first.onnx_ops == ("Relu",)
+    assert first.local is not None and first.local.max_abs_error > 0.1
+    # Upstream nodes of the same partition are fine.
+    upstream = [n for n in failing[0].nodes if n.position < first.position and n.diff]
+    assert upstream and all(not n.diverged for n in upstream)
+
+
+@pytest.mark.parametrize("planted", ["gelu", "gelu_1"])
+def test_perturbed_constant_is_found_at_its_node_and_carried_error_is_separated(planted):
+    hits: list[str] = []
+    report = ortlab.diff(
+        GeluTanhGelu(),
+        x_of(4, 8),
+        excluded_ops=["aten.tanh"],
+        opset_version=18,
+        pre_ort_model_transforms=[perturb_sqrt2_constant_of(planted, hits)],
+    )
+    assert hits, "the planted constant was not found: the test would prove nothing"
+    assert not report.passed
+    culprit = partition_holding(report, planted)
+    assert len([p for p in report.partitions if p.state == "ort"]) == 2
+    assert [p.name for p in report.failing_partitions] == [culprit]
+    first = report.first_divergent
+    assert (first.partition, first.node) == (culprit, planted)
+    assert "Constant" in first.onnx_ops
+    other = next(p for p in report.partitions if p.name != culprit)
+    assert other.passed
+    if planted == "gelu":
+        # The second partition is right on its own inputs but receives wrong ones.
+        assert other.local_error < 1e-5
+        assert other.carried_in is not None and other.carried_in > 1e-4
+        assert other.carried_in_from == "tanh"
+    else:
+        assert other.carried_in == 0.0
+
+
+def test_perturbed_frozen_parameter_is_named_as_first_divergent():
+    def scale_fc2_weight(model: onnx.ModelProto) -> None:
+        for init in model.graph.initializer:
+            if tuple(init.dims) == (4, 16):
+                value = onnx.numpy_helper.to_array(init) * np.float32(1.01)
+                init.CopyFrom(onnx.numpy_helper.from_array(value, init.name))
+
+    model, inputs = zoo.get("custom_op").instantiate()
+    report = ortlab.diff(
+        model, *inputs, freeze_parameters=True, pre_ort_model_transforms=[scale_fc2_weight]
+    )
+    first = report.first_divergent
+    assert first is not None and first.target == "placeholder"
+    assert first.note == "frozen initializer" and first.shape == (4, 16)
+    # Its consumers only pass the wrong weight along: their own error is tiny.
+    later = [n for n in report.failing_partitions[0].nodes if n.position > first.position]
+    assert later and not any(n.diverged for n in later if n.target != "placeholder")
+
+
+def test_planted_error_in_a_backward_partition_is_found_there():
+    def break_backward_sub(model: onnx.ModelProto) -> None:
+        # AOTAutograd names the backward graph's output gradients tangents_*.
+        if not any(i.name.startswith("tangents") for i in model.graph.input):
+            return
+        sub = next(n for n in model.graph.node if n.op_type == "Sub")
+        sub.op_type = "Add"
+
+    model, inputs = zoo.get("custom_op").instantiate()
+    report = ortlab.diff(
+        model, *inputs, backward=True, pre_ort_model_transforms=[break_backward_sub]
+    )
+    assert all(t.passed for t in report.outputs)
+    assert not report.passed and not all(g.passed for g in report.gradients)
+    assert [p.graph_kind for p in report.failing_partitions] == ["backward"]
+    first = report.first_divergent
+    assert first.graph_kind == "backward" and first.target == "aten.sub.Tensor"
+    assert "Add" in first.onnx_ops
+
+
+def test_nan_and_inf_produced_by_ort_are_reported_not_hidden():
+    def exp_to_log(model: onnx.ModelProto) -> None:
+        for node in model.graph.node:
+            if node.op_type == "Exp":
+                node.op_type = "Log"  # log of negative inputs: NaN; log(0): -inf
+
+    x = x_of(4, 8)
+    x[0, 0] = 0.0
+    report = ortlab.diff(lambda t: torch.exp(t) * 2, x, pre_ort_model_transforms=[exp_to_log])
+    (out,) = report.outputs
+    assert not report.passed and report.max_abs_error == math.inf
+    assert out.nan_ort > 0 and out.inf_ort == 1 and out.nan_eager == out.inf_eager == 0
+    assert "nan" in repr(report) and "inf" in repr(report)
+    assert report.first_divergent.node == "exp"
+
+
+def test_int_and_bool_outputs_are_compared_exactly():
+    def fn(x):
+        return torch.argmax(x, dim=1), x > 0.5, (x * 4).floor().to(torch.int32)
+
+    def greater_to_less(model: onnx.ModelProto) -> None:
+        for node in model.graph.node:
+            if node.op_type == "Greater":
+                node.op_type = "Less"
+
+    clean = ortlab.diff(fn, x_of(4, 8))
+    assert clean.passed
+    assert [t.exact for t in clean.outputs] == [True, True, True]
+    assert [t.dtype for t in clean.outputs] == ["int64", "bool", "int32"]
+    planted = ortlab.diff(
+        fn, x_of(4, 8), pre_ort_model_transforms=[greater_to_less], atol=1e9, rtol=1e9
+    )
+    verdicts = [t.passed for t in planted.outputs]
+    assert verdicts == [True, False, True]
+    assert planted.first_divergent.node == "gt"
