@@ -11,6 +11,7 @@ __all__ = [
     "UnsupportedOptionError",
     "ExportError",
     "SessionError",
+    "CompileError",
     "MissingDependencyError",
 ]
 
@@ -29,6 +30,12 @@ class ExportError(OrtlabError):
 
 class SessionError(OrtlabError):
     """ONNX Runtime refused a model, or a run failed."""
+
+
+class CompileError(OrtlabError):
+    """A step of ortlab's compile failed and ``OrtBackendOptions(strict=True)`` asked to
+    raise instead of falling back to PyTorch (without ``strict``, the failure is recorded
+    and the graph or partition runs eagerly)."""
 
 
 class MissingDependencyError(OrtlabError, ImportError):

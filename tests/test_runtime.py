@@ -249,11 +249,11 @@ def test_compile_helper_attaches_its_backend():
 
 
 def test_session_cache_is_bounded_and_evicts_the_oldest():
-    from ortlab.backend import _partition
+    from ortlab.backend import _executor
 
     backend = OrtBackend(OrtBackendOptions(dynamic_shapes=False))
     compiled, _ = _compile(lambda x: x.exp(), backend, dynamic=True)
-    sizes = range(2, 2 + _partition.MAX_SESSIONS_PER_PARTITION + 2)
+    sizes = range(2, 2 + _executor.MAX_SESSIONS_PER_PARTITION + 2)
     for n in sizes:
         compiled(torch.randn(n))
     sessions = backend.partitions[0].sessions
@@ -313,7 +313,7 @@ def test_scalar_inputs_reuse_cached_tensors_without_mixing_values():
 def _static_partition():
     """A CPU partition of f(x, y) = (x @ y + 1, x @ y > 0), exported with static shapes,
     and what a runner needs to serve it."""
-    from ortlab.backend import _partition
+    from ortlab.backend import _executor
 
     def f(x, y):
         z = x @ y + 1
@@ -326,7 +326,7 @@ def _static_partition():
     (session,) = part.sessions
     gm = part.graph_module
     inputs = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
-    outputs, _ = _partition._output_values(gm)
+    outputs, _ = _executor._output_values(gm)
     return f, session.model, inputs, outputs, (x, y)
 
 

@@ -169,6 +169,7 @@ def _translate_direct(
     static_args: Sequence[Any] | None,
     frozen: Mapping[int, torch.Tensor],
     opset_version: int | None,
+    registry: Any,
     timings: dict[str, float],
 ) -> onnx.ModelProto:
     import onnx_ir as ir
@@ -184,7 +185,9 @@ def _translate_direct(
     timings["type_promotion"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    model = _torch_private.translate_fx_graph(work, name=name, opset_version=opset_version)
+    model = _torch_private.translate_fx_graph(
+        work, name=name, opset_version=opset_version, registry=registry
+    )
     if frozen:
         _freeze_inputs(model, frozen)
     RemoveUnusedNodesPass()(model)
@@ -244,6 +247,7 @@ def export_partition(
     frozen: Mapping[int, torch.Tensor],
     transforms: Sequence[Callable[[onnx.ModelProto], None]],
     opset_version: int | None = None,
+    registry: Any = None,
 ) -> ExportedModel:
     """Exports one partition for the input schema of ``args``.
 
@@ -255,6 +259,8 @@ def export_partition(
         frozen: Placeholder positions to bake in as initializers, with their tensors.
         transforms: ``pre_ort_model_transforms``, applied in order.
         opset_version: ONNX opset to export with; ``None`` is the exporter's default.
+        registry: The exporter's op registry to translate with (``None``: the default
+            one for ``opset_version``; a backend with ``custom_translations`` has its own).
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -272,6 +278,7 @@ def export_partition(
                 static_args=args if static else None,
                 frozen=frozen,
                 opset_version=opset_version,
+                registry=registry,
                 timings=timings,
             )
         except Exception as e:

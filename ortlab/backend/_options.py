@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+import torch
+
 from ortlab import errors
 
 MIN_OPSET = 18
@@ -52,6 +54,40 @@ def _normalize_providers(
                 f"OrtBackendOptions.{field}: {ep!r} is not an execution provider; use a name "
                 'like "CPUExecutionProvider" or a (name, options-dict) pair.'
             )
+    return tuple(out)
+
+
+def _normalize_translations(
+    value: Mapping[Any, Callable[..., Any]] | Sequence[Any] | None,
+) -> tuple[tuple[Any, Callable[..., Any]], ...] | None:
+    """``{op: function}`` as a tuple of pairs (so options stay hashable and comparable)."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise errors.UnsupportedOptionError(
+            "OrtBackendOptions.custom_translations must be a dict {op: onnxscript "
+            f"function}}, e.g. {{torch.ops.mylib.my_op.default: my_op_onnx}}; got {value!r}."
+        )
+    out = []
+    for pair in pairs:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.custom_translations: {pair!r} is not an (op, function) "
+                "pair."
+            )
+        op, function = pair
+        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.custom_translations: key {op!r} is not a torch op; use "
+                "an OpOverload such as torch.ops.mylib.my_op.default (or its packet)."
+            )
+        if not callable(function):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.custom_translations[{op}]: {function!r} is not an "
+                "onnxscript function."
+            )
+        out.append((op, function))
     return tuple(out)
 
 
@@ -141,6 +177,38 @@ class OrtBackendOptions:
     apply (CPU inputs, symbolic dims, Python scalars, control flow, ORT refusing), the
     session runs normally and ``SessionRecord.cuda_graph_note`` says why."""
 
+    strict: bool = False
+    """Raise :class:`~ortlab.errors.CompileError` when a step of ortlab's compile fails
+    (lowering, export, session creation, a run) instead of recording the failure and
+    running that graph or partition in PyTorch. For CI and for debugging ortlab itself;
+    nodes without an ONNX translation are not failures and still run in PyTorch."""
+
+    min_partition_size: int = 1
+    """Partitions with fewer ``call_function`` nodes than this stay in PyTorch (their
+    verdicts say so): a tiny partition between two eager ops can cost more in the
+    torch <-> ONNX Runtime hand-off than it saves."""
+
+    custom_translations: (
+        Mapping[Any, Callable[..., Any]] | Sequence[tuple[Any, Callable[..., Any]]] | None
+    ) = None
+    """ONNX translations for ops the exporter has none for (a custom op, say), as
+    ``{op: onnxscript_function}``: ``op`` is an ``OpOverload``
+    (``torch.ops.mylib.soft_clip.default``) or packet, ``onnxscript_function`` an
+    ``@onnxscript.script()`` function (or a Python function building the graph with
+    onnxscript ops) taking the op's arguments. They are added to this backend's copy of
+    the exporter's registry, so those nodes can run in ONNX Runtime. Stored as a tuple
+    of ``(op, function)`` pairs."""
+
+    def replace(self, **changes: Any) -> OrtBackendOptions:
+        """A copy with ``changes`` applied, validated like the constructor.
+
+        Raises:
+            UnsupportedOptionError: a key is not an option, or a value is invalid.
+        """
+        merged = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        merged.update(changes)
+        return OrtBackendOptions.from_value(merged)
+
     def __post_init__(self) -> None:
         for name in ("preferred_execution_providers", "default_execution_providers"):
             object.__setattr__(self, name, _normalize_providers(name, getattr(self, name)))
@@ -150,6 +218,7 @@ class OrtBackendOptions:
             "use_aot_autograd",
             "freeze_parameters",
             "cuda_graphs",
+            "strict",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise errors.UnsupportedOptionError(
@@ -200,6 +269,15 @@ class OrtBackendOptions:
         if isinstance(excluded, str) or not isinstance(excluded, Sequence):
             excluded = (excluded,)
         object.__setattr__(self, "excluded_ops", tuple(excluded))
+        size = self.min_partition_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise errors.UnsupportedOptionError(
+                "OrtBackendOptions.min_partition_size must be an int >= 1 (nodes per "
+                f"partition); got {size!r}."
+            )
+        object.__setattr__(
+            self, "custom_translations", _normalize_translations(self.custom_translations)
+        )
 
     @classmethod
     def from_value(

@@ -1,51 +1,61 @@
-"""Partitioning a graph and the module that runs one partition in ONNX Runtime.
+"""Partitioning: fusing the supported nodes of a graph into ``fused_*`` submodules.
 
-# NOTE: ``CapabilityBasedPartitioner`` fuses supported nodes into ``fused_*`` submodules.
-# Each submodule is then swapped for an :class:`OrtPartitionModule`, which keeps the
-# original submodule as its eager fallback:
+# NOTE: ``CapabilityBasedPartitioner`` groups supported nodes into the largest
+# partitions that keep the graph acyclic, and ``fuse_partitions`` replaces each group by
+# a ``call_module`` of a sub-GraphModule:
 #
-#   before:  x -> [addmm -> sigmoid -> addmm] -> custom_op -> [relu] -> out
-#   after:   x -> fused_0 (ORT) ---------------> custom_op -> fused_1 (ORT) -> out
-#                   |  on first call per input schema: export -> transform -> session
-#                   |  on failure: eager fused_0 submodule, error on the record
+#   before:  x -> addmm -> sigmoid -> addmm -> custom_op -> relu -> out
+#   after:   x -> fused_0 ------------------> custom_op -> fused_1 -> out
+#
+# Groups smaller than ``min_partition_size`` are not fused: their nodes stay in the
+# graph and run in PyTorch (the backend records why on their verdicts).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import time
-import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import operator
+from typing import Any
 
-import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from ortlab.backend import _export, _runtime, _session, _torch_private, records
 
-if TYPE_CHECKING:
-    import onnx
+@dataclasses.dataclass
+class Partitioning:
+    """The result of :func:`partition_graph`."""
 
-    from ortlab.backend._backend import OrtBackend
+    graph_module: torch.fx.GraphModule
+    """The graph with each partition fused into a ``fused_*`` submodule."""
+    members: list[tuple[str, tuple[str, ...]]]
+    """``(submodule name, names of the graph's nodes it holds)`` per partition."""
+    too_small: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Node name -> size of its group, for supported nodes left unfused because their
+    group was smaller than ``min_size``."""
 
-logger = logging.getLogger(__name__)
 
-MAX_SESSIONS_PER_PARTITION = 8
-"""Sessions kept per partition; the oldest is evicted (its record stays, inactive)."""
-
-FREEZE_CHANGE_LIMIT = 2
-"""With ``freeze_parameters``, a frozen tensor that changes this many times is no longer
-frozen: from then on it is passed as an input (each change costs an export)."""
+def _size(nodes: Any) -> int:
+    """Nodes that count towards a partition's size (``getitem`` only unpacks)."""
+    return sum(1 for n in nodes if n.target is not operator.getitem)
 
 
 def partition_graph(
-    gm: torch.fx.GraphModule, support: Any
-) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...]]]]:
-    """Fuses supported nodes; returns the graph and ``(name, node names)`` per partition."""
+    gm: torch.fx.GraphModule, support: Any, *, min_size: int = 1
+) -> Partitioning:
+    """Fuses the nodes ``support`` accepts into partitions of at least ``min_size`` nodes.
+
+    ``gm`` is rewritten in place (pass a copy to keep the original).
+    """
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
-    partitions = partitioner.propose_partitions()
+    proposed = partitioner.propose_partitions()
+    too_small: dict[str, int] = {}
+    partitions = []
+    for p in proposed:
+        size = _size(p.nodes)
+        if size < min_size:
+            too_small.update((n.name, size) for n in p.nodes)
+        else:
+            partitions.append(p)
     # The fuser numbers partitions in the order given; keep our naming aligned with it.
     members = [tuple(n.name for n in p.nodes) for p in partitions]
     fused = partitioner.fuse_partitions(partitions)
@@ -57,276 +67,4 @@ def partition_graph(
         sub = getattr(fused, name)
         inner = {n.name for n in sub.graph.nodes if n.op not in ("placeholder", "output")}
         by_member[name] = next((m for m in members if inner == set(m)), tuple(sorted(inner)))
-    return fused, [(name, by_member[name]) for name in names]
-
-
-def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    arg = out.args[0]
-    single = not isinstance(arg, (tuple, list))
-    items = (arg,) if single else tuple(arg)
-    return tuple(
-        a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
-    ), single
-
-
-class OrtPartitionModule:
-    """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
-
-    Deliberately not an ``nn.Module``: the partitioned GraphModule calls it as
-    ``self.fused_0(...)`` and a plain ``__call__`` skips ``Module._call_impl`` (hooks,
-    tracing checks), which measured as a large share of the glue around a small model.
-    """
-
-    def __init__(
-        self,
-        eager: torch.fx.GraphModule,
-        record: records.PartitionRecord,
-        backend: OrtBackend,
-        *,
-        check_requires_grad: bool,
-        allow_freeze: bool,
-    ) -> None:
-        self.eager = eager
-        self.record = record
-        self._backend = backend
-        self._check_requires_grad = check_requires_grad
-        self._allow_freeze = allow_freeze
-        # Live sessions, oldest first; each runner carries its SessionRecord.
-        self._runners: list[_runtime.OrtRunner] = []
-        self._last: _runtime.OrtRunner | None = None
-        self._failed = False
-        # Frozen placeholder position -> times its tensor changed after being frozen;
-        # FREEZE_CHANGE_LIMIT changes thaw it (it is passed as an input from then on).
-        self._freeze_changes: dict[int, int] = {}
-        placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
-        self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
-        self._output_fx_values, self._single = _output_values(eager)
-
-    def __call__(self, *args: Any) -> Any:
-        if self._failed or (
-            self._check_requires_grad
-            and torch.is_grad_enabled()
-            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-        ):
-            self.record.eager_run_count += 1
-            return self.eager(*args)
-        runner = self._last
-        if runner is None or not runner.matches(args):
-            runner = self._find_or_create(args)
-            if runner is None:
-                self.record.eager_run_count += 1
-                return self.eager(*args)
-        session_record = runner.record
-        first = session_record.run_count == 0
-        start = time.perf_counter() if first else 0.0
-        try:
-            outputs = runner.run(args)
-        except Exception as e:
-            self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}")
-            self.record.eager_run_count += 1
-            return self.eager(*args)
-        if first:
-            session_record.timings["first_run"] = time.perf_counter() - start
-        session_record.run_count += 1
-        self.record.run_count += 1
-        backend = self._backend
-        backend.execution_count += 1
-        if backend._observers:
-            event = records.RunEvent(self.record, session_record, tuple(args), tuple(outputs))
-            for observer in tuple(backend._observers):
-                observer(event)
-        return outputs[0] if self._single else tuple(outputs)
-
-    # -- sessions ------------------------------------------------------------------
-    def _find_or_create(self, args: Sequence[Any]) -> _runtime.OrtRunner | None:
-        for runner in self._runners:
-            if runner.matches(args):
-                self._last = runner
-                return runner
-        self._retire_stale(args)
-        try:
-            runner = self._create(args)
-        except Exception as e:
-            self._fail(f"{type(e).__name__}: {e}")
-            return None
-        if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
-            self._runners.pop(0).record.active = False
-        self._runners.append(runner)
-        self._last = runner
-        return runner
-
-    def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
-        if not (self._allow_freeze and self._backend.options.freeze_parameters):
-            return {}
-        return {
-            i: a
-            for i, a in enumerate(args)
-            if self._freeze_changes.get(i, 0) < FREEZE_CHANGE_LIMIT
-            and _torch_private.is_module_state(a)
-        }
-
-    def _retire_stale(self, args: Sequence[Any]) -> None:
-        """Drops sessions whose frozen tensors changed in place or were replaced by the
-        tensors of this call (they can never match again), counting each change; a
-        position that reached FREEZE_CHANGE_LIMIT changes is thawed (passed as input)."""
-        keep = []
-        for runner in self._runners:
-            changed = runner.stale_frozen(args)
-            if not changed:
-                keep.append(runner)
-                continue
-            runner.record.active = False
-            for index in changed:
-                count = self._freeze_changes[index] = self._freeze_changes.get(index, 0) + 1
-                if count == FREEZE_CHANGE_LIMIT:
-                    self._thaw(index)
-        self._runners = keep
-        self._last = None
-
-    def _thaw(self, index: int) -> None:
-        name = self.record.input_names[index]
-        self.record.thawed_inputs = (*self.record.thawed_inputs, name)
-        warnings.warn(
-            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
-            f"{self.record.graph_index}: input {name!r} changed {FREEZE_CHANGE_LIMIT} times "
-            "after being frozen, so it is passed as an input from now on instead of being "
-            "re-exported on every change (freeze_parameters pays off for weights that stay "
-            "fixed).",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-
-    def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
-        backend = self._backend
-        options = backend.options
-        record = self.record
-        frozen = self._frozen(args)
-        static = options.dynamic_shapes is False
-        exported = _export.export_partition(
-            self.eager,
-            name=f"{record.graph_kind}_{record.graph_index}_{record.name}",
-            args=args,
-            static=static,
-            frozen=frozen,
-            transforms=options.pre_ort_model_transforms or (),
-            opset_version=options.opset_version,
-        )
-        proto = exported.proto
-        start = time.perf_counter()
-        model_bytes = proto.SerializeToString()
-        exported.timings["serialize"] = exported.timings.get("serialize", 0.0) + (
-            time.perf_counter() - start
-        )
-        dump_files = backend._dump(model_bytes, self.eager)
-        inferred: tuple[str, ...] = ()
-        if options.infer_execution_providers:
-            inferred = _session.infer_providers_from_values(args) or (
-                _session.infer_providers_from_values(self._output_fx_values)
-            )
-        providers = _session.select_providers(
-            preferred=options.preferred_execution_providers,  # type: ignore[arg-type]
-            inferred=inferred,
-            default=options.default_execution_providers,  # type: ignore[arg-type]
-            available=_session.available_providers(),
-            warned=backend._warned_providers,
-        )
-        runner_kwargs: dict[str, Any] = dict(
-            input_fx_values=self._input_fx_values,
-            output_fx_values=self._output_fx_values,
-            args=args,
-            frozen=frozen,
-            preallocate_output=options.preallocate_output,
-        )
-        start = time.perf_counter()
-        runner, graph_note = None, ""
-        if options.cuda_graphs:
-            runner, graph_note = self._create_cuda_graph_runner(
-                proto, model_bytes, providers, runner_kwargs
-            )
-        if runner is None:
-            session = _session.create_session(
-                model_bytes, providers, options.ort_session_options
-            )
-            runner = _runtime.OrtRunner(session, proto, **runner_kwargs)
-        session = runner.session
-        session_seconds = time.perf_counter() - start
-        timings = dict(exported.timings)
-        timings["session"] = session_seconds
-        placeholders = record.input_names
-        session_record = records.SessionRecord(
-            partition=record.name,
-            index=len(record.sessions),
-            model=proto,
-            input_names=tuple(i.name for i in proto.graph.input),
-            output_names=tuple(o.name for o in proto.graph.output),
-            input_value_infos=tuple(proto.graph.input),
-            output_value_infos=tuple(proto.graph.output),
-            providers=tuple(session.get_providers()),
-            export_method=exported.method,
-            export_seconds=sum(
-                exported.timings.get(k, 0.0)
-                for k in ("type_promotion", "translate", "serialize", "transforms")
-            ),
-            session_seconds=session_seconds,
-            model_bytes=len(model_bytes),
-            timings=timings,
-            dump_files=dump_files,
-            frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
-            cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
-            cuda_graph_note=graph_note,
-        )
-        record.sessions.append(session_record)
-        runner.record = session_record
-        logger.debug("created %r", session_record)
-        return runner
-
-    def _create_cuda_graph_runner(
-        self,
-        proto: onnx.ModelProto,
-        model_bytes: bytes,
-        providers: Sequence[_session.Provider],
-        runner_kwargs: dict[str, Any],
-    ) -> tuple[_runtime.OrtRunner | None, str]:
-        """A runner replaying a CUDA graph, or ``(None, why not)``."""
-        args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
-        slots = _runtime.input_slots(len(args), frozen)
-        why = _runtime.static_binding_blocker(
-            proto, self._output_fx_values, args, slots, first_provider=providers[0][0]
-        )
-        if why:
-            return None, why
-        with_graph = [
-            (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
-            for name, opts in providers
-        ]
-        try:
-            session = _session.create_session(
-                model_bytes, with_graph, self._backend.options.ort_session_options
-            )
-            return _runtime.StaticBindingRunner(session, proto, **runner_kwargs), ""
-        except Exception as e:  # e.g. a node ORT placed on the CPU provider
-            return None, f"{type(e).__name__}: {e}"
-
-    def _fail(self, message: str) -> None:
-        self._failed = True
-        self.record.error = message
-        self.clear_sessions()
-        warnings.warn(
-            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
-            f"{self.record.graph_index} runs in PyTorch instead of ONNX Runtime: {message}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-    def clear_sessions(self) -> None:
-        """Drops every session (they are re-created on the next call)."""
-        for runner in self._runners:
-            runner.record.active = False
-        self._runners.clear()
-        self._last = None
-
-
-def dump_prefix(option: str | None) -> str | None:
-    """The dump prefix from the option, else ORTLAB_DUMP_PATH, else ONNXRT_DUMP_PATH."""
-    return option or os.environ.get("ORTLAB_DUMP_PATH") or os.environ.get("ONNXRT_DUMP_PATH")
+    return Partitioning(fused, [(name, by_member[name]) for name in names], too_small)

@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import operator
+import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -76,6 +78,52 @@ def target_text(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverloadPacket):
         return str(target)
     return str(target)
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\s*$')
+
+
+def short_path(path: str) -> str:
+    """A path as people read it: relative to the working directory when under it, from
+    the package down when installed (``transformers/models/gpt2/modeling_gpt2.py``),
+    else the file name."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd() + os.sep
+    if absolute.startswith(cwd):
+        return absolute[len(cwd) :]
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in absolute:
+            return absolute.split(marker, 1)[1]
+    return os.path.basename(absolute)
+
+
+def user_source(node: torch.fx.Node) -> str:
+    """Where ``node`` comes from in the user's code: ``"model.py:12 in forward: y = f(x)"``.
+
+    The innermost frame of the node's ``stack_trace`` (Dynamo records it; the lowering
+    keeps it) that is not inside torch itself, so a ``F.linear`` call points at the
+    user's line, not at ``torch/nn/functional.py``. ``""`` when the node has none.
+    """
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return ""
+    frames: list[tuple[str, str, str, str]] = []
+    lines = trace.splitlines()
+    for i, line in enumerate(lines):
+        match = _FRAME.match(line)
+        if match is None:
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if _FRAME.match(code):
+            code = ""
+        frames.append((match["file"], match["line"], match["name"], code))
+    if not frames:
+        return ""
+    outside = [f for f in frames if not os.path.abspath(f[0]).startswith(_TORCH_DIR)]
+    file, line, name, code = (outside or frames)[-1]
+    text = f"{short_path(file)}:{line} in {name}"
+    return f"{text}: {code}" if code else text
 
 
 def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
@@ -161,7 +209,9 @@ class OrtOperatorSupport(OperatorSupportBase):
         cached = self._verdicts.get(node)
         if cached is None:
             supported, reason = self._decide(node)
-            cached = records.Verdict(node.name, target_text(node.target), supported, reason)
+            cached = records.Verdict(
+                node.name, target_text(node.target), supported, reason, user_source(node)
+            )
             self._verdicts[node] = cached
         return cached
 

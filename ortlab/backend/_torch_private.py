@@ -25,10 +25,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -81,19 +83,147 @@ def onnx_registry(opset_version: int | None = None) -> Any:
         return _registration.ONNXRegistry.from_torchlib(opset_version=opset_version)
 
 
+def build_exporter_tables(opset_version: int | None = None) -> bool:
+    """Builds (once per process and opset) the registry and decomposition table for an
+    opset; returns whether anything was built by this call."""
+
+    def misses() -> int:
+        tables = (onnx_registry, onnx_friendly_decompositions)
+        return sum(table.cache_info().misses for table in tables)
+
+    before = misses()
+    onnx_friendly_decompositions(opset_version)  # builds the registry too
+    return misses() > before
+
+
+_TRACING_PRIMITIVES = ("lift", "lift_fresh")
+"""Ops the exporter's table "decomposes" but tracing must see whole (see
+:func:`onnx_friendly_decompositions`)."""
+
+
 @functools.cache
 def onnx_friendly_decompositions(
     opset_version: int | None = None,
 ) -> dict[Any, Callable[..., Any]]:
-    """Decompositions that keep ops with an ONNX translation whole (for AOTAutograd)."""
+    """Decompositions that keep ops with an ONNX translation whole (for AOTAutograd and
+    the make_fx lowering).
+
+    The exporter builds its table from ``torch._decomp.decomposition_table``, which holds
+    a "nop" decomposition of ``aten.lift_fresh`` / ``aten.lift`` into ``aten.alias``. It
+    is harmless to ``torch.export`` (its graphs are already lifted) but breaks tracing:
+    ``lift_fresh`` is how a tensor constant created inside ``forward`` (GPT-2's
+    ``torch.tensor([])``, Llama's rotary constants…) enters the traced graph, and
+    make_fx/AOTAutograd turn it into a graph constant only when they see the op itself.
+    Decomposed first, the *real* constant reaches the fake-tensor mode as
+    ``aten.alias(tensor([]))`` and tracing fails with "Please convert all Tensors to
+    FakeTensors first". So those entries are dropped here.
+    """
     from torch.onnx._internal.exporter import _decomp
 
     if opset_version is None:
         return onnx_friendly_decompositions(default_opset())
     registry = onnx_registry(opset_version)
-    return _decomp.create_onnx_friendly_decomposition_table(
+    table = _decomp.create_onnx_friendly_decomposition_table(
         set(_decomp.get_onnx_implemented_overloads(registry))
     )
+    return {
+        op: fn
+        for op, fn in table.items()
+        if getattr(getattr(op, "_schema", None), "name", "").split("::")[-1]
+        not in _TRACING_PRIMITIVES
+    }
+
+
+def registry_with(
+    opset_version: int | None, translations: Sequence[tuple[Any, Callable[..., Any]]]
+) -> Any:
+    """A copy of the exporter's registry for an opset with ``translations`` (``(op,
+    onnxscript function)`` pairs; an op packet means all its overloads) registered as
+    custom translations, which the exporter prefers over torchlib's."""
+    import copy
+
+    base = onnx_registry(opset_version)
+    if not translations:
+        return base
+    registry = copy.copy(base)
+    registry.functions = {k: list(v) for k, v in base.functions.items()}
+    for op, function in translations:
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            overloads = [getattr(op, name) for name in op.overloads()]
+        else:
+            overloads = [op]
+        for overload in overloads:
+            registry.register_op(overload, function)
+    return registry
+
+
+@functools.cache
+def aot_decompositions(opset_version: int | None = None) -> dict[Any, Callable[..., Any]]:
+    """The decomposition table for AOTAutograd (see :func:`attention_as_math` for the
+    one other change AOTAutograd's trace needs)."""
+    return onnx_friendly_decompositions(opset_version)
+
+
+@contextlib.contextmanager
+def attention_as_math() -> Iterator[None]:
+    """While active, ``F.scaled_dot_product_attention`` runs its composite math
+    implementation (``aten._scaled_dot_product_attention_math``): matmul, softmax and
+    their gradients instead of a fused kernel.
+
+    Used around AOTAutograd's trace of a training graph. On CPU, attention dispatches to
+    ``_scaled_dot_product_flash_attention_for_cpu``, whose ONNX translation computes the
+    attention output only, while a training graph saves its ``logsumexp`` for the
+    backward: the op and its backward had to stay in PyTorch, cutting every transformer
+    layer in two. The math path is all translatable. It is intercepted at the torch-
+    function level because the op is CompositeImplicitAutograd (chosen in C++ before any
+    decomposition table is consulted); torch's decomposition of the flash op itself is
+    no substitute (its ``logsumexp`` does not fit the flash backward kernel, and the
+    gradients of the attention inputs came out wrong by orders of magnitude).
+    """
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    math = torch.ops.aten._scaled_dot_product_attention_math.default
+
+    class _AsMath(TorchFunctionMode):
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            kwargs = kwargs or {}
+            if func is sdpa:
+                return _sdpa_math(math, *args, **kwargs)
+            return func(*args, **kwargs)
+
+    with _AsMath():
+        yield
+
+
+def _sdpa_math(
+    math: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    return math(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        None,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )[0]
 
 
 @functools.cache
@@ -140,7 +270,11 @@ def quiet_exporter() -> Iterator[None]:
 
 
 def translate_fx_graph(
-    graph_module: torch.fx.GraphModule, *, name: str, opset_version: int | None = None
+    graph_module: torch.fx.GraphModule,
+    *,
+    name: str,
+    opset_version: int | None = None,
+    registry: Any = None,
 ) -> ir.Model:
     """Translates an ATen-level FX graph to an ``onnx_ir.Model`` node by node.
 
@@ -167,7 +301,7 @@ def translate_fx_graph(
             graph_like=model.graph,
             owned_graphs={},
             lower="at_conversion",
-            registry=onnx_registry(opset_version),
+            registry=registry if registry is not None else onnx_registry(opset_version),
         )
     _ir_passes.add_opset_imports(model)
     target = default_opset() if opset_version is None else opset_version
@@ -253,51 +387,189 @@ def is_higher_order_op(target: Any) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
 
+def functionalized(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under functionalization, for tracing with make_fx (AOTAutograd's way).
+
+    Functionalization is Python's ``FunctionalTensorMode``, as AOTAutograd uses, not
+    ``torch.func.functionalize``: the latter's C++ wrapper lets ``aten.size.default``
+    reach the fake mode when a CompositeImplicit op (Dynamo keeps
+    ``F.multi_head_attention_forward`` whole) runs under it, and the fake mode ``int()``s
+    symbolic sizes — a guard that specialised the batch size of every graph.
+
+    After ``fn`` returns, each input whose data it mutated gets one ``copy_`` of its new
+    value (traced, at the end of the graph). A metadata mutation of an input
+    (``x.t_()``, ``set_``) raises ``NotImplementedError``: the caller falls back to
+    AOTAutograd, which handles it.
+    """
+    import torch.utils._pytree as pytree
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    def inner(*args: Any) -> Any:
+        functionalize = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
+        mutated = []
+        with torch._C._ExcludeDispatchKeyGuard(functionalize), FunctionalTensorMode():
+            f_args = [
+                FunctionalTensor.to_functional(a) if isinstance(a, torch.Tensor) else a
+                for a in args
+            ]
+            outputs = fn(*f_args)
+            for position, (arg, f_arg) in enumerate(zip(args, f_args)):
+                if not isinstance(f_arg, FunctionalTensor):
+                    continue
+                torch._sync(f_arg)
+                if torch._functionalize_has_metadata_mutation(f_arg.elem):  # type: ignore[attr-defined]
+                    raise NotImplementedError(
+                        f"input {position} has its metadata mutated in place (a view op "
+                        "like t_() or set_()); the make_fx lowering does not handle that"
+                    )
+                if torch._functionalize_has_data_mutation(f_arg.elem):  # type: ignore[attr-defined]
+                    mutated.append((arg, torch._from_functional_tensor(f_arg.elem)))
+
+            def unwrap(value: Any) -> Any:
+                torch._sync(value)
+                return torch._from_functional_tensor(value.elem)
+
+            outputs = pytree.tree_map_only(FunctionalTensor, unwrap, outputs)
+        for arg, value in mutated:  # traced as copy_(placeholder, new value)
+            arg.copy_(value)
+        return outputs
+
+    return inner
+
+
 def lower_to_aten(
     graph_module: torch.fx.GraphModule,
     example_inputs: Any,
     decompositions: dict[Any, Callable[..., Any]],
 ) -> torch.fx.GraphModule:
-    """Lowers a Dynamo (torch IR) graph to ATen without autograd, under the backend's fake
-    mode, so symbolic dims stay symbolic. Used when ``use_aot_autograd=False``.
+    """Lowers a Dynamo (torch IR) graph to a *functional* ATen graph without autograd,
+    under the backend's fake mode, so symbolic dims stay symbolic (the inference path).
 
-    Real inputs are fakified with the symbolic context Dynamo recorded for them (as
-    AOTAutograd's ``process_inputs`` does), so the ATen graph reuses Dynamo's symbols.
+    - Functionalized (:func:`functionalized`): in-place ops on intermediates (``relu_``,
+      ``x += y``) become their out-of-place forms, and a mutation of a graph input
+      becomes one ``copy_`` into that input at the end of the graph — the only ``copy_``
+      left, and the only mutation the support rules see.
+    - Node metadata survives (``stack_trace``, ``nn_module_stack``): the graph is replayed
+      through an FX interpreter under ``preserve_node_meta``, as AOTAutograd does.
+    - Real inputs are fakified with the symbolic context Dynamo recorded for them (as
+      AOTAutograd's ``process_inputs`` does), so the ATen graph reuses Dynamo's symbols.
     """
     from torch._guards import TracingContext
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx import traceback as fx_traceback
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    def replay(*args: Any) -> Any:
+        with fx_traceback.preserve_node_meta():
+            return torch.fx.Interpreter(graph_module).run(*args)
+
+    functional = functionalized(replay)
     fake_mode = detect_fake_mode(example_inputs)
     if fake_mode is None:
-        return make_fx(graph_module, decomposition_table=decompositions)(*example_inputs)
-    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-    context = TracingContext.try_get()
-    fakes = []
-    with fake_mode:
-        for node, x in zip(placeholders, example_inputs):
-            if isinstance(x, FakeTensor):
-                fakes.append(x if x.fake_mode is fake_mode else fake_mode.from_tensor(x))
-            elif isinstance(x, torch.Tensor):
-                symbolic = None
-                if context is not None and x in context.tensor_to_context:
-                    symbolic = context.tensor_to_context[x]
-                fakes.append(
-                    fake_mode.from_tensor(
-                        x,
-                        symbolic_context=symbolic,
-                        source=getattr(symbolic, "tensor_source", None),
+        lowered = make_fx(functional, decomposition_table=decompositions)(*example_inputs)
+    else:
+        placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+        context = TracingContext.try_get()
+        fakes = []
+        with fake_mode:
+            for node, x in zip(placeholders, example_inputs):
+                if isinstance(x, FakeTensor):
+                    fakes.append(x if x.fake_mode is fake_mode else fake_mode.from_tensor(x))
+                elif isinstance(x, torch.Tensor):
+                    symbolic = None
+                    if context is not None and x in context.tensor_to_context:
+                        symbolic = context.tensor_to_context[x]
+                    fakes.append(
+                        fake_mode.from_tensor(
+                            x,
+                            symbolic_context=symbolic,
+                            source=getattr(symbolic, "tensor_source", None),
+                        )
                     )
-                )
-            else:
-                example = node.meta.get("example_value")
-                fakes.append(example if isinstance(example, torch.SymInt) else x)
-        lowered = make_fx(graph_module, decomposition_table=decompositions)(*fakes)
+                else:
+                    example = node.meta.get("example_value")
+                    fakes.append(example if isinstance(example, torch.SymInt) else x)
+            lowered = make_fx(functional, decomposition_table=decompositions)(*fakes)
     # make_fx keeps values nothing reads (e.g. a module's eps passed as a 0-d tensor and
     # read with .item()); they would run eagerly on every call. Mutations are impure and stay.
     lowered.graph.eliminate_dead_code()
     lowered.recompile()
     return lowered
+
+
+@functools.cache
+def dynamo_signals() -> tuple[type[BaseException], ...]:
+    """Exceptions that are Dynamo's control flow, not failures: raised from inside a
+    backend (AOTAutograd's ``TensorifyScalarRestartAnalysis`` re-traces a frame with a
+    float specialised), they must reach Dynamo untouched — catching them as a compile
+    failure would run a graph eagerly that Dynamo meant to re-trace."""
+    from torch._dynamo import exc
+
+    return (exc.RestartAnalysis, exc.SkipFrame)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamoGraphInfo:
+    """What Dynamo knows about the graph it is handing to a backend, read at that moment."""
+
+    compile_id: str | None
+    """``"frame/recompile"``, e.g. ``"0/1"`` (the second compile of frame 0)."""
+    seconds_in_dynamo: float | None
+    """Time since Dynamo started compiling this frame (its trace, up to the backend)."""
+    recompile_reason: str | None
+    """The guard that failed and made Dynamo compile this frame again, if it did."""
+    end_reason: str | None
+    """Why the graph ends where it does: a graph-break message, or None at a return."""
+    graph_break: bool
+    """Whether the graph ends at a graph break (Dynamo could not trace on)."""
+    user_stack: tuple[tuple[str, int, str, str], ...]
+    """Where the graph ends in the user's code: ``(file, line, function, source)``,
+    outermost first."""
+
+
+def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
+    """Reads Dynamo's compile state for a graph it just captured (never raises).
+
+    Sources: ``GraphModule.compile_subgraph_reason`` (Dynamo's ``GraphCompileReason``:
+    why the graph ended, the user stack there, whether it is a graph break) and Dynamo's
+    per-frame ``MetricsContext`` (when the frame's compile started, the recompile
+    reason it recorded from the failed guards).
+    """
+    compile_id = current_compile_id()
+    seconds = recompile = None
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        metrics = get_metrics_context()
+        if metrics.in_progress():
+            started = getattr(metrics, "_start_time_ns", 0)
+            if started:
+                seconds = max(0.0, (time.time_ns() - started) / 1e9)
+            recompile = getattr(metrics, "_metrics", {}).get("recompile_reason")
+    except Exception:  # a torch without these internals: the records say less
+        logger.debug("Dynamo metrics unavailable", exc_info=True)
+    reason = getattr(graph_module, "compile_subgraph_reason", None)
+    stack: tuple[tuple[str, int, str, str], ...] = ()
+    end_reason, graph_break = None, False
+    if reason is not None:
+        graph_break = bool(getattr(reason, "graph_break", False))
+        if graph_break:
+            end_reason = str(getattr(reason, "reason", "") or "")
+        stack = tuple(
+            (f.filename, int(f.lineno or 0), f.name, (f.line or "").strip())
+            for f in getattr(reason, "user_stack", ()) or ()
+        )
+    if compile_id is None:
+        compile_id = graph_module.meta.get("dynamo_compile_id")
+        compile_id = None if compile_id is None else str(compile_id)
+    return DynamoGraphInfo(
+        compile_id=compile_id,
+        seconds_in_dynamo=seconds,
+        recompile_reason=None if recompile is None else str(recompile),
+        end_reason=end_reason,
+        graph_break=graph_break,
+        user_stack=stack,
+    )
 
 
 def dynamo_backend_of(compiled: Any) -> Any:

@@ -21,9 +21,12 @@ if TYPE_CHECKING:
 
 # Compile steps, in pipeline order. Graph-level steps live on GraphRecord.timings,
 # session-level ones on SessionRecord.timings; both use these keys.
-GRAPH_STEPS = ("lower", "support", "partition")
-"""``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing and partitioning
-since the previous graph of the same compile); Dynamo's own tracing comes before it."""
+GRAPH_STEPS = ("dynamo", "registry", "lower", "support", "partition")
+"""``dynamo``: Dynamo's trace of the frame, up to handing the graph to ortlab (first
+graph of a compile only). ``registry``: building the exporter's op registry and
+decomposition table (once per process and opset; ``ortlab.backend.warm_up()`` pays it
+up front). ``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing and
+partitioning since the previous graph of the same compile)."""
 SESSION_STEPS = (
     "type_promotion",
     "translate",
@@ -71,15 +74,19 @@ class Verdict:
     """``True`` when the node may be placed in an ONNX Runtime partition."""
     reason: str
     """Why, in words a person can act on."""
+    source: str = ""
+    """Where the node comes from in the user's code, ``"file.py:12 in forward: y = f(x)"``
+    (the innermost frame of its stack trace outside torch itself); ``""`` when unknown."""
 
     def __repr__(self) -> str:
         mark = "ORT" if self.supported else "eager"
-        return f"Verdict({self.node}: {self.target} -> {mark}: {self.reason})"
+        where = f" [{self.source}]" if self.source else ""
+        return f"Verdict({self.node}: {self.target} -> {mark}: {self.reason}{where})"
 
     def _repr_html_(self) -> str:
         return _html.table(
-            ("node", "target", "supported", "reason"),
-            [(self.node, self.target, self.supported, self.reason)],
+            ("node", "target", "supported", "reason", "source"),
+            [(self.node, self.target, self.supported, self.reason, self.source)],
         )
 
 
@@ -274,6 +281,41 @@ class GraphRecord:
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds per graph-level step, keys from :data:`GRAPH_STEPS`."""
+    error: str | None = None
+    """Why ortlab could not compile this graph, which then runs entirely in PyTorch
+    (``lowering == "eager"``); ``None`` when it compiled."""
+    fallback: str = ""
+    """What ortlab fell back to while compiling this graph, and why (e.g. the make_fx
+    lowering failed and AOTAutograd lowered it); ``""`` when nothing fell back."""
+    frame: str = ""
+    """The user's function Dynamo compiled, ``"forward (model.py:10)"``."""
+    recompile_reason: str | None = None
+    """The guard that failed and made Dynamo compile the frame again (a new dtype, a
+    new static size…); ``None`` for a first compile."""
+    graph_break: str | None = None
+    """Why Dynamo ended this graph early (a graph break), ``None`` when it ran to the
+    frame's return."""
+    graph_break_source: str = ""
+    """Where that graph break is in the user's code, ``"model.py:14: print(x)"``."""
+
+    @property
+    def cause(self) -> str:
+        """Why this graph exists, in one line: a first compile, a recompile (and the
+        guard that failed), the backward of a forward graph; plus a graph break that
+        ended it."""
+        if self.kind == "backward":
+            text = "backward of the forward graph compiled just before it"
+        elif self.recompile_reason:
+            text = f"recompile: {self.recompile_reason}"
+        else:
+            text = "first compile"
+        if self.frame:
+            text += f" of {self.frame}"
+        if self.graph_break:
+            first = self.graph_break.strip().splitlines()[0] if self.graph_break else ""
+            where = f" at {self.graph_break_source}" if self.graph_break_source else ""
+            text += f"; ends at a graph break{where}: {first}"
+        return text
 
     @property
     def node_count(self) -> int:
@@ -296,8 +338,9 @@ class GraphRecord:
         return next((v for v in self.verdicts if v.node == node_name), None)
 
     def __repr__(self) -> str:
+        error = f", error={self.error!r}" if self.error else ""
         return (
-            f"GraphRecord({self.index}: {self.kind} via {self.lowering}, "
+            f"GraphRecord({self.index}: {self.kind} via {self.lowering}{error}, "
             f"{self.node_count} nodes, "
             f"{len(self.ort_node_names)} in ORT, {len(self.partitions)} partitions, "
             f"{sum(len(p.sessions) for p in self.partitions)} sessions)"
@@ -328,9 +371,21 @@ class GraphRecord:
                 )
             ],
         )
-        eager = [(v.node, v.target, v.reason) for v in self.verdicts if not v.supported]
-        eager_html = _html.table(("node", "target", "reason"), eager) if eager else ""
-        return _html.block(f"Graph {self.index} ({self.kind})", summary + eager_html)
+        notes = [("cause", self.cause)]
+        if self.fallback:
+            notes.append(("fallback", self.fallback))
+        if self.error:
+            notes.append(("error", self.error))
+        notes_html = _html.table(("", ""), notes)
+        eager = [
+            (v.node, v.target, v.reason, v.source) for v in self.verdicts if not v.supported
+        ]
+        eager_html = (
+            _html.table(("node", "target", "reason", "source"), eager) if eager else ""
+        )
+        return _html.block(
+            f"Graph {self.index} ({self.kind})", summary + notes_html + eager_html
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,340 @@
+"""The runtime of one partition: its ONNX Runtime sessions per input schema, frozen
+parameters, and the fall back to PyTorch.
+
+# NOTE: each ``fused_*`` submodule of a partitioned graph is swapped for an
+# :class:`OrtPartitionModule`, which keeps the original submodule as its eager fallback:
+#
+#   x -> fused_0 (ORT) -> custom_op -> fused_1 (ORT) -> out
+#          |  first call per input schema: export -> transform -> session (a runner)
+#          |  every call: the last runner whose schema matches, else find/create one
+#          |  on failure: the eager fused_0 submodule, error on the PartitionRecord
+#
+# What a partition needs from its backend is a :class:`PartitionContext` (options,
+# observers, the dumper, provider warnings), never the backend itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ortlab import errors
+from ortlab.backend import (
+    _dump,
+    _export,
+    _options,
+    _runtime,
+    _session,
+    _torch_private,
+    records,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+logger = logging.getLogger(__name__)
+
+MAX_SESSIONS_PER_PARTITION = 8
+"""Sessions kept per partition; the oldest is evicted (its record stays, inactive)."""
+
+FREEZE_CHANGE_LIMIT = 2
+"""With ``freeze_parameters``, a frozen tensor that changes this many times is no longer
+frozen: from then on it is passed as an input (each change costs an export)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionContext:
+    """What the partitions of one backend share with it: a narrow interface, so that the
+    partition runtime never reaches into :class:`~ortlab.OrtBackend`."""
+
+    options: _options.OrtBackendOptions
+    observers: Sequence[Callable[[records.RunEvent], None]]
+    """Called after every run in ONNX Runtime (a live list owned by the backend)."""
+    dumper: _dump.ModelDumper
+    """Writes exported models when a dump path is set."""
+    registry: Any
+    """The exporter's op registry the partitions are translated with."""
+    warned_providers: set[str] = dataclasses.field(default_factory=set)
+    """Execution providers already warned about (each is reported once per backend)."""
+
+
+def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    arg = out.args[0]
+    single = not isinstance(arg, (tuple, list))
+    items = (arg,) if single else tuple(arg)
+    return tuple(
+        a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
+    ), single
+
+
+class OrtPartitionModule:
+    """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
+
+    Deliberately not an ``nn.Module``: the partitioned GraphModule calls it as
+    ``self.fused_0(...)`` and a plain ``__call__`` skips ``Module._call_impl`` (hooks,
+    tracing checks), which measured as a large share of the glue around a small model.
+    """
+
+    def __init__(
+        self,
+        eager: torch.fx.GraphModule,
+        record: records.PartitionRecord,
+        context: PartitionContext,
+        *,
+        check_requires_grad: bool,
+        allow_freeze: bool,
+    ) -> None:
+        self.eager = eager
+        self.record = record
+        self._context = context
+        self._check_requires_grad = check_requires_grad
+        self._allow_freeze = allow_freeze
+        # Live sessions, oldest first; each runner carries its SessionRecord.
+        self._runners: list[_runtime.OrtRunner] = []
+        self._last: _runtime.OrtRunner | None = None
+        self._failed = False
+        # Frozen placeholder position -> times its tensor changed after being frozen;
+        # FREEZE_CHANGE_LIMIT changes thaw it (it is passed as an input from then on).
+        self._freeze_changes: dict[int, int] = {}
+        placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
+        self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
+        self._output_fx_values, self._single = _output_values(eager)
+
+    def __call__(self, *args: Any) -> Any:
+        if self._failed or (
+            self._check_requires_grad
+            and torch.is_grad_enabled()
+            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        ):
+            self.record.eager_run_count += 1
+            return self.eager(*args)
+        runner = self._last
+        if runner is None or not runner.matches(args):
+            runner = self._find_or_create(args)
+            if runner is None:
+                self.record.eager_run_count += 1
+                return self.eager(*args)
+        session_record = runner.record
+        first = session_record.run_count == 0
+        start = time.perf_counter() if first else 0.0
+        try:
+            outputs = runner.run(args)
+        except Exception as e:
+            self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}", e)
+            self.record.eager_run_count += 1
+            return self.eager(*args)
+        if first:
+            session_record.timings["first_run"] = time.perf_counter() - start
+        session_record.run_count += 1
+        self.record.run_count += 1
+        observers = self._context.observers
+        if observers:
+            event = records.RunEvent(self.record, session_record, tuple(args), tuple(outputs))
+            for observer in tuple(observers):
+                observer(event)
+        return outputs[0] if self._single else tuple(outputs)
+
+    # -- sessions ------------------------------------------------------------------
+    def _find_or_create(self, args: Sequence[Any]) -> _runtime.OrtRunner | None:
+        for runner in self._runners:
+            if runner.matches(args):
+                self._last = runner
+                return runner
+        self._retire_stale(args)
+        try:
+            runner = self._create(args)
+        except Exception as e:
+            self._fail(f"{type(e).__name__}: {e}", e)
+            return None
+        if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
+            self._runners.pop(0).record.active = False
+        self._runners.append(runner)
+        self._last = runner
+        return runner
+
+    def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
+        if not (self._allow_freeze and self._context.options.freeze_parameters):
+            return {}
+        return {
+            i: a
+            for i, a in enumerate(args)
+            if self._freeze_changes.get(i, 0) < FREEZE_CHANGE_LIMIT
+            and _torch_private.is_module_state(a)
+        }
+
+    def _retire_stale(self, args: Sequence[Any]) -> None:
+        """Drops sessions whose frozen tensors changed in place or were replaced by the
+        tensors of this call (they can never match again), counting each change; a
+        position that reached FREEZE_CHANGE_LIMIT changes is thawed (passed as input)."""
+        keep = []
+        for runner in self._runners:
+            changed = runner.stale_frozen(args)
+            if not changed:
+                keep.append(runner)
+                continue
+            runner.record.active = False
+            for index in changed:
+                count = self._freeze_changes[index] = self._freeze_changes.get(index, 0) + 1
+                if count == FREEZE_CHANGE_LIMIT:
+                    self._thaw(index)
+        self._runners = keep
+        self._last = None
+
+    def _thaw(self, index: int) -> None:
+        name = self.record.input_names[index]
+        self.record.thawed_inputs = (*self.record.thawed_inputs, name)
+        warnings.warn(
+            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
+            f"{self.record.graph_index}: input {name!r} changed {FREEZE_CHANGE_LIMIT} times "
+            "after being frozen, so it is passed as an input from now on instead of being "
+            "re-exported on every change (freeze_parameters pays off for weights that stay "
+            "fixed).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
+        context = self._context
+        options = context.options
+        record = self.record
+        frozen = self._frozen(args)
+        static = options.dynamic_shapes is False
+        exported = _export.export_partition(
+            self.eager,
+            name=f"{record.graph_kind}_{record.graph_index}_{record.name}",
+            args=args,
+            static=static,
+            frozen=frozen,
+            transforms=options.pre_ort_model_transforms or (),
+            opset_version=options.opset_version,
+            registry=context.registry,
+        )
+        proto = exported.proto
+        start = time.perf_counter()
+        model_bytes = proto.SerializeToString()
+        exported.timings["serialize"] = exported.timings.get("serialize", 0.0) + (
+            time.perf_counter() - start
+        )
+        dump_files = context.dumper.dump(model_bytes, self.eager, options.dump_path)
+        inferred: tuple[str, ...] = ()
+        if options.infer_execution_providers:
+            inferred = _session.infer_providers_from_values(args) or (
+                _session.infer_providers_from_values(self._output_fx_values)
+            )
+        providers = _session.select_providers(
+            preferred=options.preferred_execution_providers,  # type: ignore[arg-type]
+            inferred=inferred,
+            default=options.default_execution_providers,  # type: ignore[arg-type]
+            available=_session.available_providers(),
+            warned=context.warned_providers,
+        )
+        runner_kwargs: dict[str, Any] = dict(
+            input_fx_values=self._input_fx_values,
+            output_fx_values=self._output_fx_values,
+            args=args,
+            frozen=frozen,
+            preallocate_output=options.preallocate_output,
+        )
+        start = time.perf_counter()
+        runner, graph_note = None, ""
+        if options.cuda_graphs:
+            runner, graph_note = self._create_cuda_graph_runner(
+                proto, model_bytes, providers, runner_kwargs
+            )
+        if runner is None:
+            session = _session.create_session(
+                model_bytes, providers, options.ort_session_options
+            )
+            runner = _runtime.OrtRunner(session, proto, **runner_kwargs)
+        session = runner.session
+        session_seconds = time.perf_counter() - start
+        timings = dict(exported.timings)
+        timings["session"] = session_seconds
+        placeholders = record.input_names
+        session_record = records.SessionRecord(
+            partition=record.name,
+            index=len(record.sessions),
+            model=proto,
+            input_names=tuple(i.name for i in proto.graph.input),
+            output_names=tuple(o.name for o in proto.graph.output),
+            input_value_infos=tuple(proto.graph.input),
+            output_value_infos=tuple(proto.graph.output),
+            providers=tuple(session.get_providers()),
+            export_method=exported.method,
+            export_seconds=sum(
+                exported.timings.get(k, 0.0)
+                for k in ("type_promotion", "translate", "serialize", "transforms")
+            ),
+            session_seconds=session_seconds,
+            model_bytes=len(model_bytes),
+            timings=timings,
+            dump_files=dump_files,
+            frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
+            cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
+            cuda_graph_note=graph_note,
+        )
+        record.sessions.append(session_record)
+        runner.record = session_record
+        logger.debug("created %r", session_record)
+        return runner
+
+    def _create_cuda_graph_runner(
+        self,
+        proto: onnx.ModelProto,
+        model_bytes: bytes,
+        providers: Sequence[_session.Provider],
+        runner_kwargs: dict[str, Any],
+    ) -> tuple[_runtime.OrtRunner | None, str]:
+        """A runner replaying a CUDA graph, or ``(None, why not)``."""
+        args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
+        slots = _runtime.input_slots(len(args), frozen)
+        why = _runtime.static_binding_blocker(
+            proto, self._output_fx_values, args, slots, first_provider=providers[0][0]
+        )
+        if why:
+            return None, why
+        with_graph = [
+            (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
+            for name, opts in providers
+        ]
+        try:
+            session = _session.create_session(
+                model_bytes, with_graph, self._context.options.ort_session_options
+            )
+            return _runtime.StaticBindingRunner(session, proto, **runner_kwargs), ""
+        except Exception as e:  # e.g. a node ORT placed on the CPU provider
+            return None, f"{type(e).__name__}: {e}"
+
+    def _fail(self, message: str, error: Exception) -> None:
+        where = (
+            f"partition {self.record.name} of {self.record.graph_kind} graph "
+            f"{self.record.graph_index}"
+        )
+        if self._context.options.strict:
+            raise errors.CompileError(
+                f"ortlab (strict=True): {where} failed: {message}. Without strict=True it "
+                "would run in PyTorch, with this error on its PartitionRecord."
+            ) from error
+        self._failed = True
+        self.record.error = message
+        self.clear_sessions()
+        warnings.warn(
+            f"ortlab: {where} runs in PyTorch instead of ONNX Runtime: {message}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def clear_sessions(self) -> None:
+        """Drops every session (they are re-created on the next call)."""
+        for runner in self._runners:
+            runner.record.active = False
+        self._runners.clear()
+        self._last = None
