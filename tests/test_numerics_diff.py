@@ -96,6 +96,17 @@ def test_diff_accepts_a_compiled_module_and_plain_functions():
     assert fn_report.passed and fn_report.outputs[0].shape == (4,)
 
 
+def test_options_and_keyword_options_both_reach_the_backend():
+    report = ortlab.diff(
+        lambda t: t.sin() + 1,
+        x_of(3),
+        options={"freeze_parameters": True, "excluded_ops": ["aten.cos"]},
+        excluded_ops=["aten.sin"],
+    )
+    options = report.backend.options
+    assert options.freeze_parameters and options.excluded_ops == ("aten.sin",)
+
+
 def test_unknown_backend_option_is_refused():
     with pytest.raises(errors.UnsupportedOptionError, match="not_an_option"):
         ortlab.diff(lambda t: t + 1, x_of(2), not_an_option=True)

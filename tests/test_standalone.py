@@ -103,16 +103,6 @@ def test_a_model_onnx_runtime_refuses_is_a_session_error():
         ortlab.backend.create_session(broken, like=[torch.randn(2, 3)])
 
 
-def test_merge_options_applies_overrides_and_names_valid_options():
-    base = ortlab.backend.OrtBackendOptions(freeze_parameters=True)
-    merged = ortlab.backend.merge_options(base, excluded_ops=["aten.gelu"])
-    assert merged.freeze_parameters and merged.excluded_ops == ("aten.gelu",)
-    assert ortlab.backend.merge_options(None) == ortlab.backend.OrtBackendOptions()
-    assert ortlab.backend.merge_options(base) is base
-    with pytest.raises(errors.UnsupportedOptionError, match=r"Valid options: .*excluded_ops"):
-        ortlab.backend.merge_options({"freeze_parameters": True}, no_such_option=1)
-
-
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_inputs_run_on_the_cuda_provider_and_outputs_stay_on_device():

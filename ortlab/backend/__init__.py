@@ -15,7 +15,7 @@ from ortlab.backend._backend import (
 )
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
-from ortlab.backend._standalone import StandaloneSession, create_session, merge_options
+from ortlab.backend._standalone import StandaloneSession, create_session
 from ortlab.backend._support import OrtOperatorSupport
 from ortlab.backend.records import (
     GraphRecord,
@@ -34,7 +34,6 @@ __all__ = [
     "compile",
     "backend_of",
     "warm_up",
-    "merge_options",
     # Sessions outside a compiled graph (the numerics' debug models, the bench's ORT floor)
     "create_session",
     "StandaloneSession",

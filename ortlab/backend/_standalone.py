@@ -12,14 +12,10 @@ exactly as a partition does:
   :func:`_session.default_session_options`;
 - runs: :class:`_runtime.OrtRunner` (torch tensors in and out, no numpy copies; outputs
   on the device of the inputs when the session runs there).
-
-:func:`merge_options` is the one way options and keyword overrides are combined (for
-``ortlab.diff(..., options=..., **backend_options)`` and the like).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,24 +40,6 @@ _ORT_TYPES = {
     "tensor(uint8)": onnx.TensorProto.UINT8,
     "tensor(bool)": onnx.TensorProto.BOOL,
 }
-
-
-def merge_options(
-    options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
-    **overrides: Any,
-) -> _options.OrtBackendOptions:
-    """``options`` (an instance, a dict or ``None``) with ``overrides`` applied.
-
-    Raises:
-        UnsupportedOptionError: an option name or value is not accepted (the message
-            lists the valid names).
-    """
-    resolved = _options.OrtBackendOptions.from_value(options)
-    if not overrides:
-        return resolved
-    merged = {f.name: getattr(resolved, f.name) for f in dataclasses.fields(resolved)}
-    merged.update(overrides)
-    return _options.OrtBackendOptions.from_value(merged)
 
 
 class StandaloneSession:

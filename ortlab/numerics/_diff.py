@@ -30,7 +30,8 @@ class _Request:
         self, backend_options: Mapping[str, Any]
     ) -> tuple[_records.DiffReport, _runner.Runs]:
         """One comparison with these backend options on top of ``options``."""
-        merged = ortlab.backend.merge_options(self.options, **backend_options)
+        options = ortlab.backend.OrtBackendOptions.from_value(self.options)
+        merged = options.replace(**backend_options) if backend_options else options
         return _diff_once(self, ortlab.backend.OrtBackend(merged))
 
     def timed_once(
