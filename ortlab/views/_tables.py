@@ -61,6 +61,8 @@ GRAPH_COLUMNS = (
 TIMING_COLUMNS = ("step", "seconds", "start", "fraction")
 
 STEP_LABELS = {
+    "dynamo": "Dynamo trace",
+    "registry": "exporter registry",
     "lower": "lower to ATen",
     "support": "support",
     "partition": "partition",
@@ -233,10 +235,10 @@ def timings(obj: Any) -> dict[str, float]:
 def timings_frame(obj: Any) -> pd.DataFrame:
     """The compile-time breakdown, one row per step in pipeline order.
 
-    Steps: lower to ATen, support, partition, type promotion, translate, serialize,
-    transforms, session, first run. Columns: ``step``, ``seconds``, ``start`` (seconds
-    before this step, for a waterfall), ``fraction`` (of the total; 0 when nothing was
-    compiled).
+    Steps: Dynamo trace, exporter registry, lower to ATen, support, partition, type
+    promotion, translate, serialize, transforms, session, first run. Columns: ``step``,
+    ``seconds``, ``start`` (seconds before this step, for a waterfall), ``fraction`` (of
+    the total; 0 when nothing was compiled).
     """
     totals = timings(obj)
     total = sum(totals.values())
