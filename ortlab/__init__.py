@@ -29,6 +29,7 @@ from ortlab.backend import (
 )
 from ortlab.bench import BenchResult, bench
 from ortlab.errors import (
+    CompileError,
     ExportError,
     MissingDependencyError,
     OrtlabError,
@@ -57,6 +58,7 @@ __all__ = [
     "UnsupportedOptionError",
     "ExportError",
     "SessionError",
+    "CompileError",
     "MissingDependencyError",
     # Lab: numerics, benchmarks, views (heavy dependencies load on first use)
     "diff",

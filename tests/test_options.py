@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import onnxruntime
+import onnxscript
 import pytest
 import torch
+from onnxscript import FLOAT
+from onnxscript import opset18 as op
 
 import ortlab
 from ortlab import OrtBackend, OrtBackendOptions
@@ -46,6 +49,12 @@ def test_unknown_dict_key_names_the_valid_options():
         ({"opset_version": 24}, "from 18 to 23"),
         ({"opset_version": "20"}, "opset_version"),
         ({"opset_version": True}, "opset_version"),
+        ({"strict": 1}, "strict"),
+        ({"min_partition_size": 0}, "min_partition_size"),
+        ({"min_partition_size": 2.5}, "min_partition_size"),
+        ({"custom_translations": "aten.gelu"}, "dict"),
+        ({"custom_translations": {"aten.gelu": print}}, "not a torch op"),
+        ({"custom_translations": {torch.ops.aten.gelu.default: 3}}, "not an onnxscript"),
     ],
 )
 def test_bad_option_values_are_clear_errors(kwargs, needle):
@@ -119,3 +128,34 @@ def test_compile_accepts_dict_options_and_rejects_unknown_keys():
     bad = torch.compile(lambda x: x + 1, backend="ortlab", options={"no_such_option": 1})
     with pytest.raises(Exception, match="no_such_option"):
         bad(x)
+
+
+def test_custom_translation_without_a_return_type_is_refused_with_the_fix():
+    @onnxscript.script()
+    def unannotated(x):
+        return op.Tanh(x)
+
+    with pytest.raises(ortlab.UnsupportedOptionError, match=r"annotate its return type"):
+        OrtBackendOptions(custom_translations={torch.ops.aten.tanh.default: unannotated})
+
+
+def test_custom_translations_are_stored_as_pairs_and_compare_equal():
+    @onnxscript.script()
+    def tanh(x: FLOAT) -> FLOAT:
+        return op.Tanh(x)
+
+    a = OrtBackendOptions(custom_translations={torch.ops.aten.tanh.default: tanh})
+    b = OrtBackendOptions(custom_translations=[(torch.ops.aten.tanh.default, tanh)])
+    assert a == b and a.custom_translations == ((torch.ops.aten.tanh.default, tanh),)
+    assert hash(a) == hash(b)
+
+
+def test_replace_validates_like_the_constructor():
+    opts = OrtBackendOptions(freeze_parameters=True)
+    changed = opts.replace(min_partition_size=3)
+    assert changed.min_partition_size == 3 and changed.freeze_parameters
+    assert opts.min_partition_size == 1  # unchanged
+    with pytest.raises(ortlab.UnsupportedOptionError, match="Valid options"):
+        opts.replace(min_partition=3)
+    with pytest.raises(ortlab.UnsupportedOptionError, match="min_partition_size"):
+        opts.replace(min_partition_size=-1)

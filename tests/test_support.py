@@ -153,3 +153,25 @@ def test_attention_whose_logsumexp_is_used_stays_eager(registry):
     assert not attn.supported and "logsumexp" in attn.reason
     unused, _ = _verdicts(only_output, q, registry=registry)
     assert next(v for v in unused.values() if "flash_attention" in v.target).supported
+
+
+def test_source_is_the_innermost_frame_outside_torch():
+    import os
+
+    graph = torch.fx.Graph()
+    node = graph.call_function(torch.ops.aten.relu.default, ())
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py")
+    node.meta["stack_trace"] = (
+        '  File "/home/me/project/model.py", line 12, in forward\n'
+        "    h = self.block(x)\n"
+        '  File "/home/me/project/blocks.py", line 40, in forward\n'
+        "    return F.relu(self.fc(x))\n"
+        "           ^^^^^^^^^^^^^^^^^^\n"
+        f'  File "{torch_file}", line 1700, in relu\n'
+        "    result = torch.relu(input)\n"
+    )
+    assert _support.user_source(node) == "blocks.py:40 in forward: return F.relu(self.fc(x))"
+    node.meta["stack_trace"] = f'  File "{torch_file}", line 1700, in relu\n'
+    assert _support.user_source(node) == "torch/nn/functional.py:1700 in relu"
+    del node.meta["stack_trace"]
+    assert _support.user_source(node) == ""

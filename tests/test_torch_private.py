@@ -161,6 +161,108 @@ def test_promoted_graphs_give_pytorch_dtypes_and_values(fn, args):
 # -- used by the lab (numerics, bench, magic) ----------------------------------------------
 
 
+def test_decomposition_table_leaves_lift_fresh_to_the_tracer():
+    # The root cause of "Please convert all Tensors to FakeTensors first ... Found in
+    # aten.alias.default(tensor([]))": lift_fresh decomposed before the tracer sees it.
+    table = _torch_private.onnx_friendly_decompositions()
+    names = {getattr(op, "_schema", None) and op._schema.name for op in table}
+    assert "aten::lift_fresh" not in names and "aten::lift" not in names
+
+    def f(x):
+        return x * torch.tensor([1.0, 2.0])
+
+    fake = torch._subclasses.fake_tensor.FakeTensorMode()
+    with fake:
+        x = fake.from_tensor(torch.randn(2))
+        gm = make_fx(f, decomposition_table=table)(x)
+    assert any("lift_fresh" in str(n.target) for n in gm.graph.nodes)
+
+
+def test_functionalized_tracing_removes_in_place_ops_and_writes_inputs_back():
+    def f(x, buf):
+        h = x.relu()
+        h.mul_(2)
+        buf.add_(h)
+        return h
+
+    gm = make_fx(_torch_private.functionalized(f))(torch.randn(3), torch.zeros(3))
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    mutating = [t for t in targets if t._schema.is_mutable]
+    assert mutating == [torch.ops.aten.copy_.default]  # one write-back, into buf
+    copy = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    assert copy.args[0] is placeholders[1]  # buf
+
+    with pytest.raises(NotImplementedError, match="metadata"):
+        make_fx(_torch_private.functionalized(lambda x: x.t_()))(torch.randn(2, 3))
+
+
+def test_attention_as_math_traces_attention_without_fused_kernels():
+    q = k = v = torch.randn(1, 2, 4, 8)
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    with _torch_private.attention_as_math():
+        gm = make_fx(f)(q, k, v)
+    targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not any("flash" in t or "efficient" in t for t in targets), targets
+    assert any("softmax" in t for t in targets)
+    torch.testing.assert_close(gm(q, k, v), f(q, k, v))
+    plain = make_fx(f)(q, k, v)  # outside the context: the fused CPU kernel
+    assert any("flash" in str(n.target) for n in plain.graph.nodes)
+
+
+def test_dynamo_graph_info_reads_the_frame_being_compiled():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(_torch_private.dynamo_graph_info(gm))
+        return gm.forward
+
+    def f(x):
+        return x.sin()
+
+    compiled = torch.compile(f, backend=backend)
+    compiled(torch.randn(3))
+    compiled(torch.randn(3, dtype=torch.float64))
+    first, second = seen
+    assert first.compile_id == "0/0" and second.compile_id == "0/1"
+    assert first.seconds_in_dynamo is not None and first.seconds_in_dynamo > 0
+    assert first.recompile_reason is None
+    assert "dtype mismatch" in second.recompile_reason
+    assert not first.graph_break and first.user_stack[-1][2] == "f"
+
+
+def test_dynamo_signals_are_the_restart_and_skip_exceptions():
+    from torch._dynamo import exc
+
+    signals = _torch_private.dynamo_signals()
+    assert issubclass(exc.TensorifyScalarRestartAnalysis, signals)
+    assert issubclass(exc.SkipFrame, signals)
+    assert not issubclass(exc.BackendCompilerFailed, signals)
+
+
+def test_registry_with_translations_is_a_copy():
+    import onnxscript
+    from onnxscript import opset18 as op
+
+    @onnxscript.script()
+    def fake_nms(boxes):
+        return op.Identity(boxes)
+
+    target = torch.ops.aten.convolution_backward.default  # has no translation
+    base = _torch_private.onnx_registry()
+    extended = _torch_private.registry_with(None, ((target, fake_nms),))
+    assert extended.is_registered(target) and not base.is_registered(target)
+    assert _torch_private.registry_with(None, ()) is base
+
+
+def test_building_exporter_tables_twice_builds_nothing_the_second_time():
+    _torch_private.build_exporter_tables(None)
+    assert _torch_private.build_exporter_tables(None) is False
+
+
 def test_tree_helpers_flatten_map_and_name_nested_values():
     value = (torch.ones(1), {"a": 2, "b": [None, torch.zeros(2)]})
     leaves = _torch_private.tree_leaves(value)

@@ -31,7 +31,10 @@ def test_zoo_model_matches_eager_across_its_batch_sweep(name):
     assert summary["failed_partitions"] == 0, [p.error for p in backend.partitions]
     assert summary["executions"] >= len(spec.batch_sizes)
     # Dynamo specialises size 1; all other sizes share one symbolic graph and session.
-    assert len(backend.graphs) <= 2
+    # (transformer_layer guards the lowering: under torch.func.functionalize the fake mode
+    # int()-ed a symbolic size inside F.multi_head_attention_forward, a guard that
+    # specialised each new batch size into a graph of its own.)
+    assert len(backend.graphs) <= 2, [g.cause for g in backend.graphs]
     assert summary["sessions"] == summary["partitions"]
     assert summary["nodes_in_ort"] > 0
     if spec.expects_fallback:

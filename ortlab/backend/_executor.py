@@ -216,6 +216,7 @@ class OrtPartitionModule:
             transforms=options.pre_ort_model_transforms or (),
             opset_version=options.opset_version,
             registry=context.registry,
+            custom_translations=tuple(options.custom_translations or ()),
         )
         proto = exported.proto
         start = time.perf_counter()

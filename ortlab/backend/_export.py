@@ -204,6 +204,7 @@ def _export_retrace(
     gm: torch.fx.GraphModule,
     args: Sequence[Any],
     opset_version: int | None,
+    custom_translations: Sequence[tuple[Any, Callable[..., Any]]],
     timings: dict[str, float],
 ) -> onnx.ModelProto:
     """Public-API fallback: re-trace the partition with the call's concrete inputs."""
@@ -224,6 +225,7 @@ def _export_retrace(
                 verbose=False,
                 optimize=False,
                 opset_version=opset_version,  # None: the exporter's default
+                custom_translation_table=dict(custom_translations) or None,
             )
 
     # A partition's first call runs inside AOTAutograd's runtime, whose thread-local
@@ -248,6 +250,7 @@ def export_partition(
     transforms: Sequence[Callable[[onnx.ModelProto], None]],
     opset_version: int | None = None,
     registry: Any = None,
+    custom_translations: Sequence[tuple[Any, Callable[..., Any]]] = (),
 ) -> ExportedModel:
     """Exports one partition for the input schema of ``args``.
 
@@ -261,6 +264,8 @@ def export_partition(
         opset_version: ONNX opset to export with; ``None`` is the exporter's default.
         registry: The exporter's op registry to translate with (``None``: the default
             one for ``opset_version``; a backend with ``custom_translations`` has its own).
+        custom_translations: ``(op, onnxscript function)`` pairs, for the re-tracing
+            fallback (the direct translation finds them in ``registry``).
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -288,7 +293,7 @@ def export_partition(
         try:
             if frozen:
                 raise errors.ExportError("frozen parameters need the direct translation")
-            proto = _export_retrace(gm, args, opset_version, timings)
+            proto = _export_retrace(gm, args, opset_version, custom_translations, timings)
         except Exception as e:
             why = direct_error or _torch_private.DIRECT_TRANSLATION_ERROR
             raise errors.ExportError(

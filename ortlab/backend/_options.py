@@ -87,6 +87,15 @@ def _normalize_translations(
                 f"OrtBackendOptions.custom_translations[{op}]: {function!r} is not an "
                 "onnxscript function."
             )
+        signature = getattr(function, "op_signature", None)
+        if signature is not None and not getattr(signature, "outputs", True):
+            # The exporter makes the call's outputs from the signature: without a return
+            # type the ONNX node has none and the export fails far from the cause.
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.custom_translations[{op}]: the onnxscript function "
+                f"{getattr(function, 'name', function)!r} declares no outputs; annotate its "
+                "return type, e.g. `def f(x: FLOAT, limit: float) -> FLOAT:`."
+            )
         out.append((op, function))
     return tuple(out)
 
@@ -196,8 +205,10 @@ class OrtBackendOptions:
     (``torch.ops.mylib.soft_clip.default``) or packet, ``onnxscript_function`` an
     ``@onnxscript.script()`` function (or a Python function building the graph with
     onnxscript ops) taking the op's arguments. They are added to this backend's copy of
-    the exporter's registry, so those nodes can run in ONNX Runtime. Stored as a tuple
-    of ``(op, function)`` pairs."""
+    the exporter's registry, so those nodes can run in ONNX Runtime. Annotate the
+    function's inputs and return type (``def f(x: FLOAT, limit: float) -> FLOAT``) and
+    define it at module level: onnxscript resolves the annotations in the module's
+    globals. Stored as a tuple of ``(op, function)`` pairs."""
 
     def replace(self, **changes: Any) -> OrtBackendOptions:
         """A copy with ``changes`` applied, validated like the constructor.

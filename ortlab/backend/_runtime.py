@@ -1,6 +1,7 @@
 """Zero-copy execution of one ONNX Runtime session on torch tensors.
 
-# NOTE: the cheapest torch <-> ORT hand-off measured on this stack (STACK-NOTES):
+# NOTE: the cheapest torch <-> ORT hand-off measured on this stack (ORT's private
+# pybind layer, reached through ``_ort_private``):
 #
 #   torch tensors --push_back_batch(data_ptr…)--> OrtValueVector        (no copy)
 #   InferenceSession._sess.run_with_ortvaluevector(...)                  (ORT allocates)
@@ -32,7 +33,7 @@ import onnx
 import torch
 import torch.utils.dlpack
 
-from ortlab.backend import _session, _torch_private
+from ortlab.backend import _ort_private, _session, _torch_private
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -68,18 +69,6 @@ def onnx_elem_to_torch(elem_type: int) -> torch.dtype:
         raise TypeError(
             f"ONNX element type {onnx.TensorProto.DataType.Name(elem_type)} has no torch dtype"
         ) from None
-
-
-def _ort_device(device: torch.device) -> Any:
-    from onnxruntime.capi import _pybind_state as C
-
-    if device.type == "cuda":
-        kind = C.OrtDevice.cuda()
-    elif device.type == "cpu":
-        kind = C.OrtDevice.cpu()
-    else:
-        kind = C.OrtDevice.npu()
-    return C.OrtDevice(kind, C.OrtDevice.default_memory(), device.index or 0)
 
 
 _MAX_CACHED_SCALARS = 64
@@ -172,10 +161,7 @@ class OrtRunner:
         frozen: dict[int, torch.Tensor],
         preallocate_output: bool,
     ) -> None:
-        from onnxruntime.capi import _pybind_state as C
-
-        self._C = C
-        self._sess = session._sess
+        self._sess = _ort_private.session_core(session)
         self.session = session
         self.input_names = tuple(i.name for i in proto.graph.input)
         self.output_names = tuple(o.name for o in proto.graph.output)
@@ -202,7 +188,7 @@ class OrtRunner:
         )
         # Per-call constants, computed once (the hot path allocates only what it must).
         self._np_dtypes = [spec.np_dtype for spec in self.specs]
-        self._ort_devices = [_ort_device(spec.device) for spec in self.specs]
+        self._ort_devices = [_ort_private.ort_device(spec.device) for spec in self.specs]
         for vi, fx_value in zip(proto.graph.output, output_fx_values):
             self._check_output(vi, fx_value)
         self.output_fx_values = tuple(output_fx_values)
@@ -219,10 +205,10 @@ class OrtRunner:
             v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
             for v in output_fx_values
         ]
-        self.output_devices = [_ort_device(d) for d in devices]
+        self.output_devices = [_ort_private.ort_device(d) for d in devices]
         self.output_torch_devices = devices
         self.preallocate_output = preallocate_output
-        self.run_options = C.RunOptions()
+        self.run_options = _ort_private.run_options()
         self.record: Any = None
         """The SessionRecord describing this session (set by the partition)."""
         self._device_cache: dict[torch.device, Any] = {}
@@ -270,14 +256,13 @@ class OrtRunner:
     def _device(self, device: torch.device) -> Any:
         d = self._device_cache.get(device)
         if d is None:
-            d = self._device_cache[device] = _ort_device(device)
+            d = self._device_cache[device] = _ort_private.ort_device(device)
         return d
 
     def _input_vector(
         self, tensors: list[torch.Tensor], dtypes: list[Any] | None = None, devices: Any = None
     ) -> Any:
-        C = self._C
-        vec = C.OrtValueVector()
+        vec = _ort_private.value_vector()
         vec.reserve(len(tensors))
         if any(t.numel() == 0 for t in tensors):
             import onnxruntime
@@ -290,7 +275,7 @@ class OrtRunner:
                         t.device.type,
                         t.device.index or 0,
                     )
-                    vec.push_back(ov._ortvalue)
+                    vec.push_back(_ort_private.ortvalue_core(ov))
                 else:
                     vec.push_back_batch(
                         [t],
@@ -355,7 +340,7 @@ class OrtRunner:
         inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
         if self._cuda_devices:
             self._sync_inputs()
-        outputs = self._C.OrtValueVector()
+        outputs = _ort_private.value_vector()
         prealloc = None
         if self.preallocate_output:
             try:
@@ -485,7 +470,7 @@ class StaticBindingRunner(OrtRunner):
             _bind(binding.bind_input, name, buffer)
         for name, buffer in zip(self.output_names, self._out_buffers):
             _bind(binding.bind_output, name, buffer)
-        self._binding = binding._iobinding
+        self._binding = _ort_private.iobinding_core(binding)
 
     def matches(self, args: Sequence[Any]) -> bool:
         for slot, data_ptr in self._direct_checks:

@@ -85,16 +85,16 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<nam
 
 
 def short_path(path: str) -> str:
-    """A path as people read it: relative to the working directory when under it, from
-    the package down when installed (``transformers/models/gpt2/modeling_gpt2.py``),
-    else the file name."""
+    """A path as people read it: from the package down when installed
+    (``transformers/models/gpt2/modeling_gpt2.py``), else relative to the working
+    directory when under it, else the file name."""
     absolute = os.path.abspath(path)
-    cwd = os.getcwd() + os.sep
-    if absolute.startswith(cwd):
-        return absolute[len(cwd) :]
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
         if marker in absolute:
             return absolute.split(marker, 1)[1]
+    cwd = os.getcwd() + os.sep
+    if absolute.startswith(cwd):
+        return absolute[len(cwd) :]
     return os.path.basename(absolute)
 
 

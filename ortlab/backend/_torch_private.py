@@ -1,25 +1,32 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-# NOTE: ortlab relies on internals of the PyTorch ONNX exporter and of AOTAutograd that
-# carry no stability promise. They are all imported here and nowhere else, so that a
-# PyTorch upgrade breaks one module, and tests/test_torch_private.py pins their behaviour:
+# NOTE: ortlab relies on internals of the PyTorch ONNX exporter, AOTAutograd, Dynamo and
+# FX that carry no stability promise. They are all imported here and nowhere else, so
+# that a PyTorch upgrade breaks one module, and tests/test_torch_private.py pins the
+# behaviour of each:
 #
-#   torch.onnx._internal.exporter._registration.ONNXRegistry   op registry (torchlib)
-#   torch.onnx._internal.exporter._core._translate_fx_graph     FX -> onnx_ir, no re-trace
-#   torch.onnx._internal.exporter._core._set_shape_type         shape/dtype of an onnx_ir value
-#   torch.onnx._internal.exporter._ir_passes.add_opset_imports  opset imports of a new model
-#   torch.onnx._internal.exporter._constants.ONNX_IR_VERSION
-#   torch.onnx._internal.exporter._decomp                       ONNX-friendly decompositions
-#   torch.onnx._internal.fx.passes.InsertTypePromotion          explicit dtype promotion
-#   torch.onnx._internal.fx.passes.type_promotion.TypePromotionTable  which ops promote
-#   torch._dynamo.backends.common.aot_autograd                  AOTAutograd as a backend
-#   torch._functorch.partitioners.min_cut_rematerialization_partition
-#   torch._guards.detect_fake_mode / CompileContext             Dynamo's fake mode, compile id
-#   torch.onnx._constants.ONNX_DEFAULT_OPSET                    torch.onnx.export's opset
-#   Tensor._dynamo_static_input_type                            Dynamo's mark on module state
+#   exporter  torch.onnx._internal.exporter: _registration.ONNXRegistry (the op registry),
+#             _core._translate_fx_graph and TorchTensor (FX -> onnx_ir, no re-trace),
+#             _ir_passes.add_opset_imports, _constants.ONNX_IR_VERSION, _decomp (ONNX-
+#             friendly decompositions); torch.onnx._internal.fx.passes: InsertTypePromotion,
+#             type_promotion.TypePromotionTable; torch.onnx._constants.ONNX_DEFAULT_OPSET
+#   AOT       torch._dynamo.backends.common.aot_autograd, torch._functorch: partitioners.
+#             min_cut_rematerialization_partition, aot_autograd.make_boxed_func
+#   functional torch._subclasses.functional_tensor.FunctionalTensor(Mode),
+#             torch._functionalize_has_(data|metadata)_mutation, torch._sync,
+#             torch._from_functional_tensor; aten._scaled_dot_product_attention_math
+#   Dynamo    torch._guards: detect_fake_mode, CompileContext, TracingContext;
+#             torch._dynamo.utils.get_metrics_context (compile start, recompile reason);
+#             GraphModule.compile_subgraph_reason (graph breaks); torch._dynamo.exc.
+#             RestartAnalysis / SkipFrame (control flow); OptimizedModule.dynamo_ctx and
+#             _torchdynamo_orig_backend (a compiled callable's backend);
+#             Tensor._dynamo_static_input_type (module state)
+#   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode)
+#   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
 #
-# When an import or signature check fails, ``DIRECT_TRANSLATION_ERROR`` says why and the
-# exporter falls back to the public ``torch.onnx.export(..., dynamo=True)`` path.
+# When an import or signature check of the direct translation fails,
+# ``DIRECT_TRANSLATION_ERROR`` says why and the exporter falls back to the public
+# ``torch.onnx.export(..., dynamo=True)`` path.
 """
 
 from __future__ import annotations
@@ -308,13 +315,6 @@ def translate_fx_graph(
     if model.opset_imports.get("", target) != target:
         version_converter.convert_version(model, target, fallback=True)
     return model
-
-
-def set_value_shape_type(value: ir.Value, meta_value: Any) -> None:
-    """Sets dtype and (symbolic) shape of an onnx_ir value from a fake tensor / SymInt."""
-    from torch.onnx._internal.exporter import _core
-
-    _core._set_shape_type(value, meta_value, complex_to_float=True)
 
 
 def torch_tensor_as_ir(tensor: torch.Tensor, name: str) -> Any:

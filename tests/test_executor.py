@@ -1,4 +1,5 @@
-"""Inference graphs: the thin path without AOTAutograd, and frozen parameters."""
+"""The partition runtime: sessions per input schema (bounded, evicted, cleared), frozen
+parameters and their guards, failures, and observers."""
 
 from __future__ import annotations
 
@@ -6,75 +7,11 @@ import copy
 
 import pytest
 import torch
+from models import Net
 from torch import nn
 
 import ortlab
 from ortlab import OrtBackend, OrtBackendOptions
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
-        self.register_buffer("offset", torch.full((4,), 0.25))
-
-    def forward(self, x):
-        return torch.sigmoid(self.fc2(torch.relu(self.fc1(x)))) + self.offset
-
-
-def test_no_grad_graphs_skip_aot_autograd():
-    model = Net()
-    compiled = ortlab.compile(copy.deepcopy(model))
-    x = torch.randn(5, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), model(x))
-    (graph,) = compiled.ortlab_backend.graphs
-    assert graph.kind == "inference" and graph.lowering == "make_fx"
-    # With grad enabled the same model goes through AOTAutograd (forward + backward).
-    compiled(x).sum().backward()
-    assert [g.lowering for g in compiled.ortlab_backend.graphs][1:] == ["aot_autograd"] * 2
-
-
-def test_thin_path_keeps_outputs_that_alias_inputs_as_views():
-    def f(x):
-        return x.view(-1), x.t()[1:], x.sin()
-
-    compiled = ortlab.compile(f)
-    x = torch.randn(3, 4)
-    with torch.no_grad():
-        flat, sliced, s = compiled(x)
-    torch.testing.assert_close(s, x.sin())
-    x.add_(1)  # the views must see the mutation, as in eager
-    torch.testing.assert_close(flat, x.view(-1))
-    torch.testing.assert_close(sliced, x.t()[1:])
-    graph = compiled.ortlab_backend.graphs[0]
-    kept = [v for v in graph.verdicts if "view of a graph input" in v.reason]
-    assert kept and all(not v.supported for v in kept)
-
-
-def test_thin_path_applies_input_mutation():
-    def f(x, buf):
-        buf.mul_(2)
-        return x + buf
-
-    compiled = ortlab.compile(f)
-    x, buf = torch.randn(4), torch.ones(4)
-    with torch.no_grad():
-        out = compiled(x, buf)
-    torch.testing.assert_close(buf, torch.full((4,), 2.0))
-    torch.testing.assert_close(out, x + 2)
-
-
-def test_function_that_enables_grad_inside_uses_aot_autograd():
-    def f(x):
-        with torch.enable_grad():
-            return (x * 2).sum()
-
-    compiled = ortlab.compile(f)
-    with torch.no_grad():
-        compiled(torch.randn(3))
-    assert all(g.lowering == "aot_autograd" for g in compiled.ortlab_backend.graphs)
 
 
 @pytest.mark.parametrize("dynamic", [True, False])
@@ -168,21 +105,82 @@ def test_freezing_does_not_apply_to_training_graphs():
     assert model.fc1.weight.grad is not None
 
 
-def test_compile_helper_leaves_the_model_copyable_and_isolates_recompiles():
-    model = Net()
-    compiled = [ortlab.compile(model) for _ in range(10)]
-    copy.deepcopy(model)  # the backend is not attached to the user's module
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        for c in compiled:  # more compiles than Dynamo's recompile limit (8)
-            torch.testing.assert_close(c(x), model(x))
-            assert c.ortlab_backend.execution_count == 1
+def test_static_export_makes_one_session_per_shape_in_a_dynamic_graph():
+    def f(x):
+        return x.sigmoid() * 2
+
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=False))
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    for n in (3, 5, 3, 7):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), f(x))
+    (graph,) = backend.graphs
+    (partition,) = graph.partitions
+    assert [s.input_schema for s in partition.sessions] == [
+        ("float32[3]",),
+        ("float32[5]",),
+        ("float32[7]",),
+    ]
+    assert [s.run_count for s in partition.sessions] == [2, 1, 1]
 
 
-def test_dead_nodes_are_removed_from_inference_graphs():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    compiled = ortlab.compile(model)
-    with torch.no_grad():
-        compiled(torch.randn(3, 4))
-    (graph,) = compiled.ortlab_backend.graphs
-    assert graph.eager_node_names == (), graph.verdicts
+def test_clear_sessions_recreates_on_next_call():
+    backend = OrtBackend()
+    compiled = torch.compile(lambda x: x.exp(), backend=backend, dynamic=True)
+    x = torch.randn(3)
+    compiled(x)
+    backend.clear_sessions()
+    assert not backend.sessions[0].active
+    torch.testing.assert_close(compiled(x), x.exp())
+    assert len(backend.sessions) == 2 and backend.sessions[1].active
+
+
+def test_observers_see_what_ort_received_and_returned():
+    backend = OrtBackend()
+    compiled = torch.compile(lambda x: x * 2, backend=backend, dynamic=True)
+    events = []
+    remove = backend.add_observer(events.append)
+    x = torch.randn(3)
+    compiled(x)
+    (event,) = events
+    assert event.partition is backend.partitions[0]
+    torch.testing.assert_close(event.outputs[0], x * 2)
+    remove()
+    compiled(x)
+    assert len(events) == 1
+
+
+def test_session_cache_is_bounded_and_evicts_the_oldest():
+    from ortlab.backend import _executor
+
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=False))
+    compiled = torch.compile(lambda x: x.exp(), backend=backend, dynamic=True)
+    sizes = range(2, 2 + _executor.MAX_SESSIONS_PER_PARTITION + 2)
+    for n in sizes:
+        compiled(torch.randn(n))
+    sessions = backend.partitions[0].sessions
+    assert len(sessions) == len(sizes)
+    assert [s.active for s in sessions] == [False, False] + [True] * (len(sizes) - 2)
+    # An evicted schema is exported again, as a new (active) session.
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.ones(2).exp())
+    assert len(sessions) == len(sizes) + 1 and sessions[-1].active
+
+
+def test_a_failed_partition_deactivates_its_sessions():
+    calls = {"n": 0}
+
+    def break_second_model(model):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            model.graph.node[0].op_type = "NoSuchOnnxOp"
+
+    backend = OrtBackend(
+        OrtBackendOptions(dynamic_shapes=False, pre_ort_model_transforms=[break_second_model])
+    )
+    compiled = torch.compile(lambda x: x.cos(), backend=backend, dynamic=True)
+    compiled(torch.randn(3))
+    with pytest.warns(RuntimeWarning, match="NoSuchOnnxOp"):
+        torch.testing.assert_close(compiled(torch.zeros(4)), torch.ones(4))
+    partition = backend.partitions[0]
+    assert partition.state == "eager"
+    assert not any(s.active for s in partition.sessions)

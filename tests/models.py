@@ -1,0 +1,20 @@
+"""Small models shared by several test files (import as ``from models import Net``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """Two linear layers, a ReLU, a sigmoid and a buffer: parameters and a buffer to
+    freeze, and nothing that stays in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+        self.register_buffer("offset", torch.full((4,), 0.25))
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc2(torch.relu(self.fc1(x)))) + self.offset

@@ -1,0 +1,202 @@
+"""OrtBackend: a compile that is never fatal (each fall back recorded and warned about
+once), strict mode, the records of why each graph exists, and the compile helper."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from models import Net
+from torch import nn
+
+import ortlab
+from ortlab import OrtBackend, OrtBackendOptions
+
+
+def test_compile_helper_leaves_the_model_copyable_and_isolates_recompiles():
+    model = Net()
+    compiled = [ortlab.compile(model) for _ in range(10)]
+    copy.deepcopy(model)  # the backend is not attached to the user's module
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for c in compiled:  # more compiles than Dynamo's recompile limit (8)
+            torch.testing.assert_close(c(x), model(x))
+            assert c.ortlab_backend.execution_count == 1
+
+
+def test_compile_helper_attaches_its_backend():
+    compiled = ortlab.compile(lambda x: x.cos(), preallocate_output=True)
+    compiled(torch.randn(2))
+    assert ortlab.backend_of(compiled) is compiled.ortlab_backend
+    assert compiled.ortlab_backend.options.preallocate_output
+
+
+def test_dynamic_true_on_a_static_graph_warns_once():
+    backend = OrtBackend(OrtBackendOptions(dynamic_shapes=True))
+    compiled = torch.compile(lambda x: x + 1, backend=backend, dynamic=False)
+    with pytest.warns(RuntimeWarning, match="dynamic=True"):
+        compiled(torch.randn(3))
+
+
+def _ortlab_warnings(caught):
+    return [w for w in caught if str(w.message).startswith("ortlab:")]
+
+
+def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(monkeypatch):
+    from ortlab.backend import _torch_private
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted lowering failure")
+
+    monkeypatch.setattr(_torch_private, "lower_to_aten", broken)
+    model = Net()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(3, 8)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x * 2), model(x * 2))
+    (warning,) = _ortlab_warnings(caught)
+    assert "planted lowering failure" in str(warning.message)
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.lowering == "aot_autograd" and graph.error is None
+    assert "make_fx lowering failed" in graph.fallback and "planted" in graph.fallback
+    assert compiled.ortlab_backend.execution_count == 2
+
+
+def test_a_failing_lowering_runs_the_graph_eagerly_and_records_why(monkeypatch):
+    from ortlab.backend import _torch_private
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted lowering failure")
+
+    monkeypatch.setattr(_torch_private, "lower_to_aten", broken)
+    monkeypatch.setattr(_torch_private, "aot_autograd_backend", broken)
+    model = Net()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(3, 8)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(_ortlab_warnings(caught)) == 2  # the make_fx fall back, then the eager one
+    backend = compiled.ortlab_backend
+    (graph,) = backend.graphs
+    assert graph.lowering == "eager" and "planted lowering failure" in graph.error
+    assert graph.partitions == [] and graph.node_count > 0
+    assert all(not v.supported and "runs in PyTorch" in v.reason for v in graph.verdicts)
+    assert backend.summary()["failed_graphs"] == 1
+    assert "planted lowering failure" in graph._repr_html_()
+
+
+def test_a_failing_compile_of_an_aot_graph_runs_that_graph_eagerly(monkeypatch):
+    from ortlab.backend import _partition
+
+    real = _partition.partition_graph
+
+    def broken_backward(gm, support, **kwargs):
+        if any(n.name.startswith("tangents") for n in gm.graph.nodes):
+            raise RuntimeError("planted partitioning failure")
+        return real(gm, support, **kwargs)
+
+    monkeypatch.setattr(_partition, "partition_graph", broken_backward)
+    model = Net()
+    reference = copy.deepcopy(model)
+    compiled = ortlab.compile(model)
+    x = torch.randn(4, 8)
+    with pytest.warns(RuntimeWarning, match="planted partitioning failure"):
+        compiled(x).sum().backward()
+    reference(x).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    forward, backward = compiled.ortlab_backend.graphs
+    assert forward.error is None and forward.partitions[0].run_count == 1
+    assert backward.kind == "backward" and backward.lowering == "aot_autograd"
+    assert "planted partitioning failure" in backward.error
+
+
+def test_strict_raises_instead_of_falling_back(monkeypatch):
+    from ortlab.backend import _torch_private
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted lowering failure")
+
+    monkeypatch.setattr(_torch_private, "lower_to_aten", broken)
+    compiled = ortlab.compile(Net(), strict=True)
+    with pytest.raises(Exception) as raised, torch.no_grad():
+        compiled(torch.randn(3, 8))
+    chain, error = [], raised.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    (compile_error,) = [e for e in chain if isinstance(e, ortlab.CompileError)]
+    assert "strict=True" in str(compile_error) and "planted" in str(compile_error)
+
+
+def test_strict_raises_when_a_partition_cannot_be_exported():
+    def break_model(model):
+        model.graph.node[0].op_type = "NoSuchOnnxOp"
+
+    compiled = ortlab.compile(
+        lambda x: x.sin() * 2, strict=True, pre_ort_model_transforms=[break_model]
+    )
+    with pytest.raises(ortlab.CompileError, match="NoSuchOnnxOp"):
+        compiled(torch.randn(3))
+
+
+def test_dynamo_control_flow_exceptions_pass_through(monkeypatch):
+    from torch._dynamo import exc
+
+    from ortlab.backend import _torch_private
+
+    def restart(*args, **kwargs):
+        raise exc.SkipFrame("planted: Dynamo should skip this frame")
+
+    monkeypatch.setattr(_torch_private, "lower_to_aten", restart)
+    gm = torch.fx.symbolic_trace(lambda x: x.sin())
+    backend = OrtBackend()
+    with torch.no_grad(), pytest.raises(exc.SkipFrame):
+        backend(gm, [torch.randn(3)])
+    assert backend.graphs == []
+
+
+class _Printing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        print("between the graphs")  # a graph break
+        return torch.relu(y)
+
+
+def test_graph_breaks_and_recompiles_say_why_each_graph_exists(capsys):
+    model = _Printing()
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))
+        model.double()
+        compiled(torch.randn(3, 4, dtype=torch.float64))  # new dtype: recompile
+    graphs = compiled.ortlab_backend.graphs
+    assert len(graphs) == 4
+    first, resumed, recompiled, resumed_again = graphs
+    line = _Printing.forward.__code__.co_firstlineno + 2
+    assert first.graph_break and "print" in first.graph_break
+    expected = f'tests/test_backend.py:{line}: print("between the graphs")'
+    assert first.graph_break_source.startswith(expected)
+    assert first.recompile_reason is None and first.frame.startswith("forward (")
+    assert resumed.graph_break is None and "resume" in resumed.frame
+    assert "dtype mismatch" in recompiled.recompile_reason
+    assert recompiled.cause.startswith("recompile: ") and "graph break" in recompiled.cause
+    assert "dtype mismatch" in resumed_again.recompile_reason
+    assert first.cause.startswith("first compile of forward")
+
+
+def test_first_graph_times_dynamo_and_every_graph_times_its_lowering():
+    compiled = ortlab.compile(Net())
+    compiled(torch.randn(3, 8)).sum().backward()
+    forward, backward = compiled.ortlab_backend.graphs
+    assert forward.timings["dynamo"] > 0 and forward.timings["lower"] > 0
+    assert "dynamo" not in backward.timings  # paid once, by the first graph

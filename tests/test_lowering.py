@@ -1,0 +1,217 @@
+"""Lowering a Dynamo graph to ATen: the thin (make_fx, functionalized) inference path,
+AOTAutograd, and what each keeps of the user's program (mutations, aliases, metadata)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from models import Net
+from torch import nn
+
+import ortlab
+from ortlab import OrtBackend, OrtBackendOptions
+
+
+def test_no_grad_graphs_skip_aot_autograd():
+    model = Net()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.kind == "inference" and graph.lowering == "make_fx"
+    # With grad enabled the same model goes through AOTAutograd (forward + backward).
+    compiled(x).sum().backward()
+    assert [g.lowering for g in compiled.ortlab_backend.graphs][1:] == ["aot_autograd"] * 2
+
+
+def test_thin_path_keeps_outputs_that_alias_inputs_as_views():
+    def f(x):
+        return x.view(-1), x.t()[1:], x.sin()
+
+    compiled = ortlab.compile(f)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        flat, sliced, s = compiled(x)
+    torch.testing.assert_close(s, x.sin())
+    x.add_(1)  # the views must see the mutation, as in eager
+    torch.testing.assert_close(flat, x.view(-1))
+    torch.testing.assert_close(sliced, x.t()[1:])
+    graph = compiled.ortlab_backend.graphs[0]
+    kept = [v for v in graph.verdicts if "view of a graph input" in v.reason]
+    assert kept and all(not v.supported for v in kept)
+
+
+def test_thin_path_applies_input_mutation():
+    def f(x, buf):
+        buf.mul_(2)
+        return x + buf
+
+    compiled = ortlab.compile(f)
+    x, buf = torch.randn(4), torch.ones(4)
+    with torch.no_grad():
+        out = compiled(x, buf)
+    torch.testing.assert_close(buf, torch.full((4,), 2.0))
+    torch.testing.assert_close(out, x + 2)
+
+
+def test_function_that_enables_grad_inside_uses_aot_autograd():
+    def f(x):
+        with torch.enable_grad():
+            return (x * 2).sum()
+
+    compiled = ortlab.compile(f)
+    with torch.no_grad():
+        compiled(torch.randn(3))
+    assert all(g.lowering == "aot_autograd" for g in compiled.ortlab_backend.graphs)
+
+
+def test_dead_nodes_are_removed_from_inference_graphs():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.eager_node_names == (), graph.verdicts
+
+
+def test_without_aot_autograd_inference_runs_in_ort_and_training_stays_correct():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    backend = OrtBackend(OrtBackendOptions(use_aot_autograd=False))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert backend.graphs[0].kind == "inference" and backend.execution_count == 1
+    # With grad needed, the partition runs in PyTorch so autograd sees every op.
+    out = compiled(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    # Grad mode is part of Dynamo's guards: the grad-enabled call compiled a second graph,
+    # whose partition ran eagerly.
+    assert backend.partitions[-1].eager_run_count >= 1
+    assert backend.partitions[-1].run_count == 0
+
+
+class _ResidualBlock(nn.Module):
+    """In-place ops on intermediates, as torchvision's ResNet writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.relu(self.bn(self.conv(x)))
+        out += x
+        return self.relu(out)
+
+
+def test_in_place_ops_on_intermediates_do_not_split_the_graph():
+    model = nn.Sequential(_ResidualBlock(), _ResidualBlock()).eval()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.lowering == "make_fx"
+    assert len(graph.partitions) == 1
+    assert graph.eager_node_names == ()
+    assert not any("copy_" in v.target for v in graph.verdicts)
+
+
+def test_only_a_real_input_mutation_is_refused_and_says_so():
+    def f(x, buf):
+        h = x.relu()
+        h.mul_(3)  # an intermediate: functionalized away
+        buf.add_(h)  # the caller's tensor: kept, as one copy_ at the end
+        return h.sin()
+
+    compiled = ortlab.compile(f)
+    x, buf = torch.randn(5), torch.zeros(5)
+    expected_buf = buf + x.relu() * 3
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, buf), (x.relu() * 3).sin())
+    torch.testing.assert_close(buf, expected_buf)
+    (graph,) = compiled.ortlab_backend.graphs
+    (copy_,) = [v for v in graph.verdicts if v.target.startswith("aten.copy_")]
+    assert not copy_.supported and "mutates an input in place" in copy_.reason
+    assert [v.node for v in graph.verdicts if not v.supported] == [copy_.node]
+    assert len(graph.partitions) == 1
+
+
+class _WithConstant(nn.Module):
+    """Creates a tensor constant in forward (GPT-2 does: ``torch.tensor([])``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x) * torch.tensor([1.0, 2.0, 3.0]) + torch.tensor(0.5)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_tensor_constants_created_in_forward_lower_without_fallback(grad):
+    model = _WithConstant()
+    compiled = ortlab.compile(copy.deepcopy(model))
+    x = torch.randn(4, 3)
+    with torch.set_grad_enabled(grad):
+        torch.testing.assert_close(compiled(x), model(x))
+    graphs = compiled.ortlab_backend.graphs
+    assert graphs and all(g.error is None and not g.fallback for g in graphs)
+    assert graphs[0].lowering == ("aot_autograd" if grad else "make_fx")
+    assert compiled.ortlab_backend.execution_count >= 1
+
+
+def test_lowered_nodes_keep_the_users_source_line():
+    def f(x):
+        y = x.cos()
+        return torch.ops.aten.bernoulli(y.sigmoid())  # random: stays in PyTorch
+
+    compiled = ortlab.compile(f)
+    with torch.no_grad():
+        compiled(torch.randn(4))
+    (graph,) = compiled.ortlab_backend.graphs
+    line = f.__code__.co_firstlineno + 2
+    bernoulli = next(v for v in graph.verdicts if "bernoulli" in v.target)
+    assert bernoulli.source.startswith(f"tests/test_lowering.py:{line} in f: ")
+    assert "bernoulli" in bernoulli.source
+    cos = next(v for v in graph.verdicts if v.target.startswith("aten.cos"))
+    assert cos.source.startswith(f"tests/test_lowering.py:{line - 1} in f: y = x.cos()")
+
+
+class _Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 4).unbind(2)
+        out = nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return out.transpose(1, 2).flatten(2)
+
+
+def test_training_attention_lowers_to_math_and_stays_in_one_partition():
+    model = _Attention()
+    reference = copy.deepcopy(model)
+    compiled = ortlab.compile(model)
+    x = torch.randn(2, 5, 8)
+    compiled(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+    backend = compiled.ortlab_backend
+    assert [g.kind for g in backend.graphs] == ["forward", "backward"]
+    for graph in backend.graphs:
+        assert len(graph.partitions) == 1, graph.verdicts
+        assert not any("attention" in v.target for v in graph.verdicts)
