@@ -263,6 +263,23 @@ def test_building_exporter_tables_twice_builds_nothing_the_second_time():
     assert _torch_private.build_exporter_tables(None) is False
 
 
+def test_registry_notices_about_torchvision_are_dropped_and_real_warnings_kept(caplog):
+    import logging
+
+    from torch.onnx._internal.exporter import _registration
+
+    name = "torch.onnx._internal.exporter._registration"
+    with caplog.at_level(logging.WARNING, logger=name):
+        _registration.ONNXRegistry.from_torchlib()
+    assert any("torchvision is not installed" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=name):
+        with _torch_private.without_registry_notices():
+            _registration.ONNXRegistry.from_torchlib()
+            logging.getLogger(name).warning("a real problem")
+    assert [r.getMessage() for r in caplog.records] == ["a real problem"]
+
+
 def test_tree_helpers_flatten_map_and_name_nested_values():
     value = (torch.ones(1), {"a": 2, "b": [None, torch.zeros(2)]})
     leaves = _torch_private.tree_leaves(value)

@@ -86,7 +86,7 @@ def onnx_registry(opset_version: int | None = None) -> Any:
 
     if opset_version is None:
         return onnx_registry(default_opset())
-    with quiet_exporter():  # "torchvision is not installed. Skipping torchvision::nms"
+    with without_registry_notices():
         return _registration.ONNXRegistry.from_torchlib(opset_version=opset_version)
 
 
@@ -254,6 +254,32 @@ def insert_type_promotion(graph_module: torch.fx.GraphModule) -> None:
     from torch.onnx._internal.fx import passes
 
     passes.InsertTypePromotion(graph_module).run()
+
+
+_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+_IRRELEVANT_NOTICES = ("torchvision is not installed",)
+
+
+class _DropIrrelevantNotices(logging.Filter):
+    """Drops the registry's "torchvision is not installed. Skipping torchvision::nms"
+    lines (four per registry build; torchvision's ops are not used here), keeping
+    every other record, such as a translation that failed to register."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_IRRELEVANT_NOTICES)
+
+
+@contextlib.contextmanager
+def without_registry_notices() -> Iterator[None]:
+    """While active, the exporter's registry does not log its irrelevant notices (use
+    around anything that builds a registry: ``torch.onnx.export`` builds its own)."""
+    logger = logging.getLogger(_REGISTRY_LOGGER)
+    notice_filter = _DropIrrelevantNotices()
+    logger.addFilter(notice_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice_filter)
 
 
 @contextlib.contextmanager
