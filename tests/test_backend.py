@@ -200,3 +200,22 @@ def test_first_graph_times_dynamo_and_every_graph_times_its_lowering():
     forward, backward = compiled.ortlab_backend.graphs
     assert forward.timings["dynamo"] > 0 and forward.timings["lower"] > 0
     assert "dynamo" not in backward.timings  # paid once, by the first graph
+    # Dynamo's and AOTAutograd's work after ortlab returned, until each graph first ran.
+    assert forward.timings["guards"] > 0 and backward.timings["guards"] >= 0
+
+
+def test_first_call_is_accounted_for_by_the_timings():
+    import time
+
+    ortlab.backend.warm_up()
+    compiled = ortlab.compile(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten()))
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        start = time.perf_counter()
+        compiled(x)
+        first_call = time.perf_counter() - start
+    steps = compiled.ortlab_backend.compile_timings()
+    assert {"dynamo", "lower", "guards", "translate", "session", "first_run"} <= {
+        k for k, v in steps.items() if v > 0
+    }
+    assert 0.85 * first_call <= sum(steps.values()) <= first_call

@@ -21,12 +21,14 @@ if TYPE_CHECKING:
 
 # Compile steps, in pipeline order. Graph-level steps live on GraphRecord.timings,
 # session-level ones on SessionRecord.timings; both use these keys.
-GRAPH_STEPS = ("dynamo", "registry", "lower", "support", "partition")
+GRAPH_STEPS = ("dynamo", "registry", "lower", "support", "partition", "guards")
 """``dynamo``: Dynamo's trace of the frame, up to handing the graph to ortlab (first
 graph of a compile only). ``registry``: building the exporter's op registry and
 decomposition table (once per process and opset; ``ortlab.backend.warm_up()`` pays it
 up front). ``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing and
-partitioning since the previous graph of the same compile)."""
+partitioning since the previous graph of the same compile). ``guards``: Dynamo's work
+after ortlab returns the graph (guards, the frame's new bytecode, AOTAutograd's runtime
+wrappers), until the graph first runs."""
 SESSION_STEPS = (
     "type_promotion",
     "translate",
