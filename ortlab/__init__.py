@@ -23,6 +23,7 @@ from ortlab.backend import (
     PartitionRecord,
     RunEvent,
     SessionRecord,
+    TimelineEvent,
     Verdict,
     backend_of,
     compile,
@@ -52,6 +53,7 @@ __all__ = [
     "PartitionRecord",
     "RunEvent",
     "SessionRecord",
+    "TimelineEvent",
     "Verdict",
     # Errors
     "OrtlabError",

@@ -219,3 +219,30 @@ def test_first_call_is_accounted_for_by_the_timings():
         k for k, v in steps.items() if v > 0
     }
     assert 0.85 * first_call <= sum(steps.values()) <= first_call
+
+
+def test_timeline_shows_each_graph_new_or_reused_and_the_sessions_it_made(capsys):
+    model = _Printing()
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))
+        compiled(torch.randn(5, 4))  # both graphs reused (symbolic batch)
+        model.double()
+        compiled(torch.randn(3, 4, dtype=torch.float64))  # recompiled
+    backend = compiled.ortlab_backend
+    assert [g.run_count for g in backend.graphs] == [2, 2, 1, 1]
+    kinds = [(e.kind, e.graph_run, e.graph_index) for e in backend.timeline]
+    assert kinds == [  # runs 3 and 4 reused graphs 0 and 1: no events
+        ("graph", 1, 0),
+        ("session", 1, 0),
+        ("graph", 2, 1),
+        ("session", 2, 1),
+        ("graph", 5, 2),
+        ("session", 5, 2),
+        ("graph", 6, 3),
+        ("session", 6, 3),
+    ]
+    assert backend.timeline[4].detail.startswith("recompile: ")
+    session = backend.timeline[1]
+    assert session.partition == "fused_0" and session.session_index == 0
+    assert "float32" in backend.timeline[1].detail

@@ -22,6 +22,7 @@ from ortlab.backend.records import (
     PartitionRecord,
     RunEvent,
     SessionRecord,
+    TimelineEvent,
     Verdict,
 )
 
@@ -46,5 +47,6 @@ __all__ = [
     "PartitionRecord",
     "RunEvent",
     "SessionRecord",
+    "TimelineEvent",
     "Verdict",
 ]

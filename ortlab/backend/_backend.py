@@ -124,6 +124,9 @@ class OrtBackend:
         self._warned_static = False
         self._observers: list[Callable[[records.RunEvent], None]] = []
         self._context: _executor.PartitionContext | None = None
+        self.timeline: list[records.TimelineEvent] = []
+        """Graphs compiled, sessions created and fall backs, in order (each stamped with
+        the number of graph runs before it)."""
 
     # -- public --------------------------------------------------------------------
     @property
@@ -257,7 +260,7 @@ class OrtBackend:
         record.timings["support"] = support_seconds
         record.timings["partition"] = time.perf_counter() - start
         self._modules.extend(modules)
-        self.graphs.append(record)
+        self._add_graph(record)
         self._check_static(graph_module)
         logger.debug("compiled %r", record)
         return partitioned
@@ -367,8 +370,36 @@ class OrtBackend:
                     options.opset_version,
                     tuple(options.custom_translations or ()),  # (op, function) pairs
                 ),
+                history=self._partition_event,
             )
         return self._context
+
+    def _graph_runs(self) -> int:
+        return sum(g.run_count for g in self.graphs)
+
+    def _add_graph(self, record: records.GraphRecord) -> None:
+        self.graphs.append(record)
+        detail = record.cause + (f" (runs in PyTorch: {record.error})" if record.error else "")
+        self.timeline.append(
+            records.TimelineEvent("graph", self._graph_runs() + 1, record.index, detail=detail)
+        )
+
+    def _partition_event(
+        self,
+        partition: records.PartitionRecord,
+        session: records.SessionRecord | None,
+        detail: str,
+    ) -> None:
+        self.timeline.append(
+            records.TimelineEvent(
+                "session" if session is not None else "fallback",
+                self._graph_runs(),
+                partition.graph_index,
+                partition=partition.name,
+                session_index=None if session is None else session.index,
+                detail=detail,
+            )
+        )
 
     def _compile_with_aot(
         self,
@@ -501,7 +532,7 @@ class OrtBackend:
             **origin.graph_fields(),
         )
         record.timings.update(origin.first_timings())
-        self.graphs.append(record)
+        self._add_graph(record)
         self._warn(
             f"the {kind} graph {record.index} runs in PyTorch: {error}. The error is on "
             f"backend.graphs[{record.index}].error.",
@@ -544,18 +575,15 @@ class OrtBackend:
 def _time_until_first_call(
     forward: Callable[..., Any], record: records.GraphRecord
 ) -> Callable[..., Any]:
-    """``forward``, timing on its first call how long Dynamo (and AOTAutograd's runtime
-    wrappers) took after ortlab handed the graph back: ``record.timings["guards"]``.
-
-    The probe stays in place afterwards (Dynamo holds this callable), at the cost of one
-    Python call and a test per call.
+    """``forward``, counting its runs (``record.run_count``) and timing on the first one
+    how long Dynamo (and AOTAutograd's runtime wrappers) took after ortlab handed the
+    graph back (``record.timings["guards"]``). Costs one Python call per run.
     """
     returned = time.perf_counter()
-    pending = [True]
 
     def graph_call(*args: Any) -> Any:
-        if pending:
-            pending.clear()
+        record.run_count += 1
+        if record.run_count == 1:
             record.timings["guards"] = time.perf_counter() - returned
         return forward(*args)
 

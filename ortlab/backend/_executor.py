@@ -63,6 +63,10 @@ class PartitionContext:
     """The exporter's op registry the partitions are translated with."""
     warned_providers: set[str] = dataclasses.field(default_factory=set)
     """Execution providers already warned about (each is reported once per backend)."""
+    history: Callable[[records.PartitionRecord, records.SessionRecord | None, str], None] = (
+        lambda partition, session, detail: None
+    )
+    """Told of each session created (``session``) and each fall back (``None``)."""
 
 
 def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
@@ -283,6 +287,7 @@ class OrtPartitionModule:
             cuda_graph_note=graph_note,
         )
         record.sessions.append(session_record)
+        context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
@@ -326,6 +331,7 @@ class OrtPartitionModule:
             ) from error
         self._failed = True
         self.record.error = message
+        self._context.history(self.record, None, message)
         self.clear_sessions()
         warnings.warn(
             f"ortlab: {where} runs in PyTorch instead of ONNX Runtime: {message}",

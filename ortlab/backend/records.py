@@ -299,6 +299,8 @@ class GraphRecord:
     frame's return."""
     graph_break_source: str = ""
     """Where that graph break is in the user's code, ``"model.py:14: print(x)"``."""
+    run_count: int = 0
+    """Times the compiled graph ran (Dynamo called it; its guards matched)."""
 
     @property
     def cause(self) -> str:
@@ -402,3 +404,38 @@ class RunEvent:
     session: SessionRecord
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
+
+
+TIMELINE_KINDS = ("graph", "session", "fallback")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineEvent:
+    """One step in a backend's history (``OrtBackend.timeline``), in order: a graph
+    compiled, a session created for a partition's new input schema, a partition or graph
+    that fell back to PyTorch."""
+
+    kind: str
+    """One of :data:`TIMELINE_KINDS`."""
+    graph_run: int
+    """The graph run (counted from 1 across all graphs of the backend) the event belongs
+    to: a graph is compiled for the run about to start; a session is created, or a
+    partition falls back, during a run."""
+    graph_index: int
+    """The graph the event belongs to."""
+    partition: str = ""
+    """The partition (session and partition fall backs)."""
+    session_index: int | None = None
+    """Position in the partition's ``sessions`` (session events)."""
+    detail: str = ""
+    """Why: the graph's cause, the session's input schema, the fall back's error."""
+
+    def __repr__(self) -> str:
+        where = f"graph {self.graph_index}"
+        if self.partition:
+            where += f" {self.partition}"
+            if self.session_index is not None:
+                where += f"#{self.session_index}"
+        return (
+            f"TimelineEvent(after {self.graph_runs} runs: {self.kind} {where}: {self.detail})"
+        )
