@@ -246,3 +246,14 @@ def test_timeline_shows_each_graph_new_or_reused_and_the_sessions_it_made(capsys
     session = backend.timeline[1]
     assert session.partition == "fused_0" and session.session_index == 0
     assert "float32" in backend.timeline[1].detail
+
+
+def test_timeline_events_read_as_one_line_each():
+    compiled = ortlab.compile(lambda x: x.sin())
+    with torch.no_grad():
+        compiled(torch.randn(3))
+    graph, session = compiled.ortlab_backend.timeline
+    assert repr(graph).startswith("TimelineEvent(run 1: graph 0 compiled: first compile of")
+    assert repr(session).startswith(
+        "TimelineEvent(run 1: graph 0 fused_0: session 0 created for float32[s"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from test_views_helpers import parse
 
@@ -74,3 +75,39 @@ def test_partition_failure_shows_on_the_record_html():
     assert partition.state == "eager"
     markup = partition._repr_html_()
     assert "&lt;NotAnOp&gt;" in markup and "<NotAnOp>" not in markup
+
+
+def test_session_save_writes_a_test_case_that_a_bare_session_reproduces(tmp_path):
+    import numpy as np
+    import onnxruntime
+
+    from ortlab.backend import load_test_case
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU())
+    compiled = ortlab.compile(model)
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        expected = compiled(x)
+    (session,) = compiled.ortlab_backend.sessions
+    path = session.save(tmp_path / "case")
+    assert sorted(p.name for p in (tmp_path / "case").iterdir()) == [
+        "README.md",
+        "model.onnx",
+        "test_data_set_0",
+    ]
+    assert "onnx_test_runner" in (tmp_path / "case" / "README.md").read_text()
+    loaded, inputs, outputs = load_test_case(path)
+    assert len(inputs) == len(session.input_names)  # x and the weights (not frozen)
+    bare = onnxruntime.InferenceSession(loaded.SerializeToString())
+    names = [i.name for i in bare.get_inputs()]
+    (got,) = bare.run(None, dict(zip(names, inputs)))
+    np.testing.assert_allclose(got, outputs[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outputs[0], expected.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_session_of_a_training_graph_explains_why_it_cannot_be_saved(tmp_path):
+    compiled = ortlab.compile(torch.nn.Linear(4, 3))
+    compiled(torch.randn(2, 4)).sum().backward()
+    session = compiled.ortlab_backend.sessions[0]
+    with pytest.raises(ortlab.OrtlabError, match="save_repro"):
+        session.save(tmp_path)

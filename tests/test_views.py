@@ -314,7 +314,8 @@ def test_timings_frame_breaks_compile_time_down_by_step(training):
     assert list(frame.columns) == ["step", "seconds", "start", "fraction"]
     assert list(frame["step"]) == [
         "Dynamo trace", "exporter registry", "lower to ATen", "support", "partition",
-        "type promotion", "translate", "serialize", "transforms", "session", "first run",
+        "Dynamo guards", "type promotion", "translate", "serialize", "transforms",
+        "session", "first run",
     ]  # fmt: skip
     expected = training.compile_timings()
     assert frame["seconds"].sum() == pytest.approx(sum(expected.values()))

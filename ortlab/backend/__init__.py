@@ -17,6 +17,7 @@ from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._standalone import StandaloneSession, create_session
 from ortlab.backend._support import OrtOperatorSupport
+from ortlab.backend._testdata import load_test_case, write_test_case
 from ortlab.backend.records import (
     GraphRecord,
     PartitionRecord,
@@ -49,4 +50,7 @@ __all__ = [
     "SessionRecord",
     "TimelineEvent",
     "Verdict",
+    # Test cases in ONNX's test-data layout (SessionRecord.save, DiffReport.save_repro)
+    "write_test_case",
+    "load_test_case",
 ]

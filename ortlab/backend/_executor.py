@@ -139,6 +139,9 @@ class OrtPartitionModule:
             session_record.timings["first_run"] = time.perf_counter() - start
         session_record.run_count += 1
         self.record.run_count += 1
+        if runner.keep_last_inputs:
+            session_record.last_inputs = tuple(runner.last_inputs)
+            session_record.last_outputs = tuple(outputs)
         observers = self._context.observers
         if observers:
             event = records.RunEvent(self.record, session_record, tuple(args), tuple(outputs))
@@ -286,6 +289,9 @@ class OrtPartitionModule:
             cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
             cuda_graph_note=graph_note,
         )
+        # Inference partitions keep their last run's tensors for SessionRecord.save; a
+        # training graph's would keep saved activations alive until the next step.
+        runner.keep_last_inputs = self._allow_freeze
         record.sessions.append(session_record)
         context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record

@@ -211,6 +211,10 @@ class OrtRunner:
         self.run_options = _ort_private.run_options()
         self.record: Any = None
         """The SessionRecord describing this session (set by the partition)."""
+        self.keep_last_inputs = False
+        """Keep the tensors of the last run's ONNX inputs in ``last_inputs`` (inference
+        partitions: what ``SessionRecord.save`` writes)."""
+        self.last_inputs: list[torch.Tensor] = []
         self._device_cache: dict[torch.device, Any] = {}
         # CUDA devices of the inputs: their current streams are synchronized before a run.
         self._cuda_devices = tuple(
@@ -337,6 +341,8 @@ class OrtRunner:
         """Runs the session on the partition's arguments; returns its outputs in order."""
         specs = self.specs
         tensors = [spec.convert(args[slot]) for spec, slot in zip(specs, self.slots)]
+        if self.keep_last_inputs:
+            self.last_inputs = tensors
         inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
         if self._cuda_devices:
             self._sync_inputs()
@@ -482,6 +488,8 @@ class StaticBindingRunner(OrtRunner):
     def run(self, args: Sequence[Any]) -> list[Any]:
         for buffer, spec, slot in self._copied:
             buffer.copy_(spec.convert(args[slot]))
+        if self.keep_last_inputs:
+            self.last_inputs = self._in_buffers
         self._sync_inputs()
         self._sess.run_with_iobinding(self._binding, self.run_options)
         return [buffer.clone() for buffer in self._out_buffers]

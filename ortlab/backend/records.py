@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,39 @@ class SessionRecord:
     cuda_graph_note: str = ""
     """With ``cuda_graphs`` on, why this session runs without a CUDA graph ("" when it
     has one, or when the option is off)."""
+    last_inputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
+    """The ONNX inputs of the last run, in the model's input order (inference graphs
+    only: a training graph's would keep its saved activations alive)."""
+    last_outputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
+    """What ONNX Runtime returned on the last run (inference graphs only)."""
+
+    def save(self, directory: str | os.PathLike[str]) -> str:
+        """Writes this session's model and its last run's inputs and outputs in ONNX's
+        test-data layout (``model.onnx``, ``test_data_set_0/input_0.pb`` …), runnable with
+        ``onnx_test_runner DIR`` or any ONNX backend test; returns the directory.
+
+        Raises:
+            OrtlabError: the session has not run, or belongs to a training graph.
+        """
+        from ortlab import errors
+        from ortlab.backend import _testdata
+
+        if self.last_inputs is None or self.last_outputs is None:
+            raise errors.OrtlabError(
+                f"session {self.partition}#{self.index} has no last run to save: only "
+                "sessions of inference graphs keep theirs (a training graph's would keep "
+                "its activations alive). Run the model under torch.no_grad(), or save a "
+                "failing partition with ortlab.diff(...).save_repro(dir)."
+            )
+        readme = (
+            f"# ortlab session {self.partition}#{self.index}\n\n"
+            f"Inputs {', '.join(self.input_schema)}; outputs {', '.join(self.output_schema)};"
+            f" run by {', '.join(self.providers)}.\n\n"
+        )
+        readme += _testdata.rerun_instructions(directory)
+        return _testdata.write_test_case(
+            directory, self.model, self.last_inputs, self.last_outputs, readme=readme
+        )
 
     @property
     def cuda_graph_status(self) -> str:
@@ -430,12 +464,15 @@ class TimelineEvent:
     detail: str = ""
     """Why: the graph's cause, the session's input schema, the fall back's error."""
 
+    @property
+    def text(self) -> str:
+        """One line: ``"graph 0 compiled: first compile of forward (model.py:10)"``."""
+        if self.kind == "graph":
+            return f"graph {self.graph_index} compiled: {self.detail}"
+        where = f"graph {self.graph_index} {self.partition}"
+        if self.kind == "session":
+            return f"{where}: session {self.session_index} created for {self.detail}"
+        return f"{where} fell back to PyTorch: {self.detail}"
+
     def __repr__(self) -> str:
-        where = f"graph {self.graph_index}"
-        if self.partition:
-            where += f" {self.partition}"
-            if self.session_index is not None:
-                where += f"#{self.session_index}"
-        return (
-            f"TimelineEvent(after {self.graph_runs} runs: {self.kind} {where}: {self.detail})"
-        )
+        return f"TimelineEvent(run {self.graph_run}: {self.text})"

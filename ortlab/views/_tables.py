@@ -66,6 +66,7 @@ STEP_LABELS = {
     "lower": "lower to ATen",
     "support": "support",
     "partition": "partition",
+    "guards": "Dynamo guards",
     "type_promotion": "type promotion",
     "translate": "translate",
     "serialize": "serialize",
