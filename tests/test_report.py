@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -105,6 +106,31 @@ def test_report_escapes_every_string_that_comes_from_a_model(tmp_path):
     visible = "".join(doc.text)
     assert "<img src=x onerror=alert(1)>" in visible
     assert "<b>boom</b> in <built-in function getitem>" in visible
+
+
+def test_report_escapes_source_lines_graph_causes_and_the_timeline(tmp_path):
+    compiled = ortlab.compile(_getitem_model())
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))
+    backend = compiled.ortlab_backend
+    # A source line is the user's code, quoted: it may hold any markup.
+    hostile = "model.py:3 in forward: y = '<script>alert(1)</script>' & x"
+    for verdict in backend.graphs[0].verdicts:
+        verdict.source = hostile
+    backend.graphs[0].graph_break = "<img src=x onerror=alert(2)> in print"
+    backend.graphs[0].graph_break_source = hostile
+    backend.timeline[0] = dataclasses.replace(backend.timeline[0], detail=hostile)
+
+    text = open(ortlab.report(backend, tmp_path / "r.html"), encoding="utf-8").read()
+    doc = parse(text)
+    tags = {t for t, _ in doc.tags}
+    assert tags <= HTML_TAGS | SVG_TAGS, tags - HTML_TAGS - SVG_TAGS
+    assert len([t for t, _ in doc.tags if t == "script"]) == 1
+    assert len([t for t, _ in doc.tags if t == "img"]) == 1  # the timings plot only
+    assert "<script>alert" not in text and "<img src=x" not in text
+    visible = "".join(doc.text)
+    assert visible.count(hostile) >= 4  # by source line, eager nodes, cause, timeline
+    assert "<img src=x onerror=alert(2)> in print" in visible
 
 
 def test_report_html_without_graphviz_keeps_tables_and_says_how_to_install(

@@ -273,7 +273,7 @@ def test_partitions_frame_has_documented_columns_and_counts(training):
 def test_verdicts_frame_lists_every_node_grouped_by_reason(training):
     frame = views.verdicts_frame(training)
     assert list(frame.columns) == [
-        "graph", "kind", "node", "target", "supported", "partition", "reason",
+        "graph", "kind", "node", "target", "supported", "partition", "reason", "source",
     ]  # fmt: skip
     assert len(frame) == sum(g.node_count for g in training.graphs)
     reasons = list(frame["reason"])

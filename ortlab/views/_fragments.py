@@ -15,7 +15,7 @@ from typing import Any
 
 from ortlab import _html
 from ortlab.backend import records
-from ortlab.views import _dot, _graphs, _plots, _tables
+from ortlab.views import _dot, _graphs, _plots, _tables, _timeline
 
 NATURAL_SIZE_ABOVE_PX = 1600
 """Drawings wider than this are shown at their own size (scrolling), not shrunk to fit."""
@@ -55,9 +55,17 @@ def fx_nodes_table(graph: records.GraphRecord) -> str:
     for n in nodes[:MAX_TABLE_ROWS]:
         v = verdicts.get(n.name)
         rows.append(
-            (n.name, n.op, n.target, n.partition or "eager", n.value, v.reason if v else "")
+            (
+                n.name,
+                n.op,
+                n.target,
+                n.partition or "eager",
+                n.value,
+                v.reason if v else "",
+                v.source if v else "",
+            )
         )
-    table = _html.table(("node", "op", "target", "runs in", "value", "reason"), rows)
+    table = _html.table(("node", "op", "target", "runs in", "value", "reason", "source"), rows)
     more = len(nodes) - MAX_TABLE_ROWS
     return table + (note(f"{more} more nodes not listed.") if more > 0 else "")
 
@@ -85,35 +93,77 @@ def onnx_nodes_table(session: records.SessionRecord) -> str:
 
 
 def eager_nodes_html(graph: records.GraphRecord) -> str:
-    """The nodes of a graph that run in PyTorch, with the reason for each."""
-    in_ort = set(graph.ort_node_names)
-    failed = {n: p for p in graph.partitions if p.state != "ort" for n in p.node_names}
-    rows = []
-    for v in graph.verdicts:
-        if v.node in in_ort:
-            continue
-        reason = v.reason
-        if v.node in failed:
-            reason = (
-                f"partition {failed[v.node].name} fell back to eager: {failed[v.node].error}"
-            )
-        rows.append((v.node, v.target, reason))
+    """The nodes of a graph that run in PyTorch, with the reason for each and the line of
+    the user's code it comes from."""
+    rows = [
+        (v.node, v.target, reason, v.source) for v, reason in _tables.eager_verdicts(graph)
+    ]
     if not rows:
         return "<p>Every node runs in ONNX Runtime.</p>"
-    return _html.table(("eager node", "target", "reason"), rows)
+    return _html.table(("eager node", "target", "reason", "source"), rows)
+
+
+def eager_sources_html(obj: Any) -> str:
+    """The nodes that stay in PyTorch grouped by the user's source line (a count, the ops
+    and the reasons per line); ``""`` when every node runs in ONNX Runtime."""
+    frame = _tables.eager_sources_frame(obj)
+    if not len(frame):
+        return ""
+    return (
+        "<h4>Where in your code: nodes that stay in PyTorch, by source line</h4>"
+        + _tables.frame_html(frame)
+    )
+
+
+def graph_cause_html(graph: records.GraphRecord) -> str:
+    """Why a graph exists (first compile, recompile, backward, graph break), its fall
+    back and error, as one escaped paragraph."""
+    text = f"Graph {graph.index} ({graph.kind}): {graph.cause}."
+    if graph.fallback:
+        text += f" Fell back: {graph.fallback}."
+    if graph.error:
+        text += f" Runs entirely in PyTorch: {graph.error}"
+    return f'<p class="ortlab-cause">{_html.esc(text)}</p>'
+
+
+def timeline_html(obj: Any) -> str:
+    """The graph runs and what each compiled (graphs, sessions, fall backs), runs that
+    only reused graphs collapsed into one row; ``""`` without a timeline."""
+    rows = _timeline.timeline_rows(obj)
+    if not rows:
+        return ""
+    body = []
+    for row in rows[: _timeline.MAX_TIMELINE_ROWS]:
+        css = "" if row.events else ' class="ortlab-reused"'
+        lines = "<br>".join(_html.esc(line) for line in row.lines)
+        body.append(f"<tr{css}><td>{_html.esc(row.runs)}</td><td>{lines}</td></tr>")
+    more = len(rows) - _timeline.MAX_TIMELINE_ROWS
+    return (
+        '<table class="ortlab ortlab-timeline"><thead><tr><th>graph runs</th>'
+        "<th>graphs compiled or reused, sessions created</th></tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+        + (note(f"{more} more rows not shown.") if more > 0 else "")
+    )
+
+
+def first_call_html(obj: Any) -> str:
+    """Where the first call's time went, in one line (escaped)."""
+    return f'<p class="ortlab-first-call">{_html.esc(_timeline.first_call_text(obj))}</p>'
 
 
 def partition_verdicts_html(
     partition: records.PartitionRecord, graph: records.GraphRecord | None
 ) -> str:
-    """The verdicts of a partition's nodes (node, target, supported, reason)."""
+    """The verdicts of a partition's nodes (node, target, supported, reason, source)."""
     if graph is None:
         return ""
     names = set(partition.node_names)
     rows = [
-        (v.node, v.target, v.supported, v.reason) for v in graph.verdicts if v.node in names
+        (v.node, v.target, v.supported, v.reason, v.source)
+        for v in graph.verdicts
+        if v.node in names
     ]
-    return _html.table(("node", "target", "supported", "reason"), rows)
+    return _html.table(("node", "target", "supported", "reason", "source"), rows)
 
 
 def provenance_table(session: records.SessionRecord) -> str:
@@ -164,22 +214,50 @@ def onnx_model_info(session: records.SessionRecord) -> str:
         rows.append(("frozen inputs", ", ".join(session.frozen_inputs)))
     if session.cuda_graph_status:
         rows.append(("CUDA graph", session.cuda_graph_status))
+    rows.append(("save as a test case", save_hint(session)))
     return _html.table(("", ""), rows)
 
 
+def save_hint(session: records.SessionRecord) -> str:
+    """How to save a session as an ONNX test case, or why it cannot be."""
+    if session.last_inputs is None or session.last_outputs is None:
+        return (
+            "not available: only sessions of inference graphs (run under torch.no_grad()) "
+            "keep their last run"
+        )
+    return (
+        f"SessionRecord.save(dir) ({session.partition} session {session.index}) writes "
+        "model.onnx and its last run's inputs and outputs (ONNX test-data layout, "
+        "runnable with onnx_test_runner)"
+    )
+
+
 def summary_html(obj: Any, headline: str = "") -> str:
-    """The Summary tab: key figures, graphs, verdicts per reason, eager nodes."""
+    """The Summary tab: key figures, where the first call's time went, the graph-run
+    timeline, graphs and their causes, eager nodes by source line, verdicts per reason,
+    eager nodes."""
     from ortlab.views import _subjects
 
     parts = []
     if headline:
         parts.append(f'<div class="ortlab-headline">{_html.esc(headline)}</div>')
     parts.append(_html.table(("", ""), _tables.summary_rows(obj)))
+    graphs = _subjects.graphs_of(obj)
+    if graphs:
+        parts.append(first_call_html(obj))
+    timeline = timeline_html(obj)
+    if timeline:
+        parts.append(
+            "<h4>Timeline: graph runs, graphs and sessions</h4>"
+            "<p>A call runs one graph, plus one per graph break; a run that compiles "
+            "nothing reuses the graphs and sessions compiled before.</p>" + timeline
+        )
     parts.append("<h4>Graphs</h4>" + _tables.frame_html(_tables.graphs_frame(obj)))
+    parts.append(eager_sources_html(obj))
     parts.append(
         "<h4>Verdicts by reason</h4>" + _tables.frame_html(_tables.reasons_frame(obj))
     )
-    for g in _subjects.graphs_of(obj):
+    for g in graphs:
         parts.append(f"<h4>Eager nodes of graph {g.index} ({_html.esc(g.kind)})</h4>")
         parts.append(eager_nodes_html(g))
     if not _dot.dot_available():
@@ -205,11 +283,31 @@ def session_timings_html(obj: Any) -> str:
     return _html.table(headers, rows)
 
 
+def graph_timings_html(obj: Any) -> str:
+    """Seconds per graph-level step for each graph (milliseconds, one row per graph):
+    Dynamo's trace, the exporter registry, lowering, support, partition, Dynamo's guards.
+    """
+    from ortlab.views import _subjects
+
+    steps = records.GRAPH_STEPS
+    rows = [
+        (f"{g.index} ({g.kind})", *(f"{g.timings.get(k, 0.0) * 1e3:.2f}" for k in steps))
+        for g in _subjects.graphs_of(obj)
+    ]
+    headers = ("graph", *(f"{_tables.STEP_LABELS[k]} (ms)" for k in steps))
+    return _html.table(headers, rows)
+
+
 def timings_html(backend: Any) -> str:
-    """The Timings tab (Inspector and report): step table, waterfall plot, per session."""
-    out = [_tables.frame_html(_tables.timings_frame(backend))]
+    """The Timings tab (Inspector and report): the first call in one line, step table,
+    waterfall plot, per graph, per session."""
+    out = []
+    if backend.graphs:
+        out.append(first_call_html(backend))
+    out.append(_tables.frame_html(_tables.timings_frame(backend)))
     if backend.graphs:
         fig = _plots.plot_timings(backend, kind="waterfall")
         out.append(_plots.figure_img_html(fig, alt="compile time by step"))
+    out.append("<h4>Per graph</h4>" + graph_timings_html(backend))
     out.append("<h4>Per session</h4>" + session_timings_html(backend))
     return "".join(out)

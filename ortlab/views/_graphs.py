@@ -185,7 +185,8 @@ def _verdict_tooltip(
     else:
         where = "runs in PyTorch (eager)"
     reason = f": {verdict.reason}" if verdict is not None else ""
-    return f"{name} = {target}\n{where}{reason}"
+    source = f"\nfrom {verdict.source}" if verdict is not None and verdict.source else ""
+    return f"{name} = {target}\n{where}{reason}{source}"
 
 
 def _fx_node_stmt(
@@ -263,9 +264,9 @@ def fx_graph_view(
 ) -> _dot.Rendered:
     """Draws a graph record: partitions as coloured clusters, eager nodes in red.
 
-    Each node's tooltip is its verdict (where it runs and why). Above ``max_nodes`` nodes
-    the graph is drawn collapsed: one box per partition (node and session counts) except
-    the partitions named in ``expand``.
+    Each node's tooltip is its verdict (where it runs and why) and the line of the user's
+    code it comes from. Above ``max_nodes`` nodes the graph is drawn collapsed: one box
+    per partition (node and session counts) except the partitions named in ``expand``.
 
     Args:
         graph: The graph record (``backend.graphs[i]``).
@@ -433,9 +434,17 @@ def _collapsed_view(
         reasons = collections.Counter(
             verdicts[n.name].reason for n in comp_nodes if n.name in verdicts
         )
+        sources = collections.Counter(
+            verdicts[n.name].source
+            for n in comp_nodes
+            if n.name in verdicts and verdicts[n.name].source
+        )
+        where = "".join(f"\nfrom {s} ({c})" for s, c in sources.most_common(5))
         items[key] = f"{_dot.quote(key)} " + _dot.attrs(
             label=f"eager · {len(comp_nodes)} nodes\n" + _top(targets, 3),
-            tooltip="runs in PyTorch: " + "; ".join(f"{r} ({c})" for r, c in reasons.items()),
+            tooltip="runs in PyTorch: "
+            + "; ".join(f"{r} ({c})" for r, c in reasons.items())
+            + where,
             fillcolor=_style.EAGER_FILL,
             color=_style.EAGER_LINE,
             penwidth="2",

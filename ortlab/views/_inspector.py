@@ -22,7 +22,16 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _deps, _harness, _html
-from ortlab.views import _dot, _fragments, _graphs, _style, _subjects, _tables, numerics
+from ortlab.views import (
+    _dot,
+    _fragments,
+    _graphs,
+    _style,
+    _subjects,
+    _tables,
+    _timeline,
+    numerics,
+)
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
@@ -264,9 +273,11 @@ class PartitionViewer:
             self.style.value = ""
             return
         rendered = self._graph_rendered(g)
-        self.graph_view.value = _fragments.graph_html(
-            rendered, _fragments.fx_nodes_table(g)
-        ) + _fragments.eager_nodes_html(g)
+        self.graph_view.value = (
+            _fragments.graph_cause_html(g)
+            + _fragments.graph_html(rendered, _fragments.fx_nodes_table(g))
+            + _fragments.eager_nodes_html(g)
+        )
         self._draw_partition()
 
     def _draw_partition(self) -> None:
@@ -684,6 +695,16 @@ def _subject_text(subject: _subjects.Subject) -> str:
     rows = _tables.summary_rows(backend)
     width = max(len(k) for k, _ in rows)
     out.extend(f"  {k.ljust(width)}  {v}" for k, v in rows)
+    out.append("\n" + _timeline.first_call_text(backend))
+    out.append("\nTimeline (graph runs):")
+    out.extend(f"  {line}" for line in _timeline.timeline_text(backend))
+    out.append("\nGraphs:")
+    out.append(
+        _html.text_table(
+            ("graph", "kind", "runs", "cause"),
+            [(g.index, g.kind, g.run_count, _tables.graph_cause(g)) for g in backend.graphs],
+        )
+    )
     parts = _tables.partitions_frame(backend)
     out.append("\nPartitions:")
     out.append(
@@ -731,14 +752,21 @@ def _subject_text(subject: _subjects.Subject) -> str:
         else "(none)"
     )
     eager = [
-        (g.index, v.node, v.target, v.reason)
+        (g.index, v.node, v.target, reason, v.source)
         for g in backend.graphs
-        for v in g.verdicts
-        if v.node not in set(g.ort_node_names)
+        for v, reason in _tables.eager_verdicts(g)
     ]
     if eager:
+        by_source = _tables.eager_sources_frame(backend)
+        out.append("\nNodes that stay in PyTorch, by source line:")
+        out.append(
+            _html.text_table(
+                ("source", "nodes", "ops", "reasons"),
+                [(r.source, r.nodes, r.ops, r.reasons) for r in by_source.itertuples()],
+            )
+        )
         out.append("\nEager nodes:")
-        out.append(_html.text_table(("graph", "node", "target", "reason"), eager))
+        out.append(_html.text_table(("graph", "node", "target", "reason", "source"), eager))
     frame = _tables.timings_frame(backend)
     out.append("\nCompile time:")
     out.append(

@@ -177,6 +177,7 @@ def _partitions_panel(prefix: str, backend: Any, max_nodes: int) -> str:
         gp = f"{prefix}g{g.index}-"
         rendered = _graphs.fx_graph_view(g, max_nodes=max_nodes, id_prefix=gp)
         out.append(f"<h3>Graph {g.index} ({_html.esc(g.kind)})</h3>")
+        out.append(_fragments.graph_cause_html(g))
         out.append(_fragments.graph_html(rendered, _fragments.fx_nodes_table(g)))
         out.append(_fragments.eager_nodes_html(g))
         for i, part in enumerate(g.partitions):

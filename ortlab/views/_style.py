@@ -90,6 +90,11 @@ table.ortlab-table th, table.ortlab th {{ background: #f4f4f4; }}
 .ortlab-num-fail {{ color: {FAIL_TEXT}; font-weight: 600; }}
 .ortlab-num-first {{ border-left: 4px solid {FIRST_LINE}; background: #fff0f0;
   padding: 4px 8px; margin: 6px 0; }}
+.ortlab-first-call {{ border-left: 4px solid #4c72b0; background: #f0f4fa;
+  padding: 4px 8px; margin: 6px 0; }}
+.ortlab-cause {{ color: #444; margin: 2px 0 6px 0; }}
+table.ortlab-timeline td:first-child {{ white-space: nowrap; font-weight: 600; }}
+table.ortlab-timeline tr.ortlab-reused td {{ color: #777; }}
 """
 """The stylesheet of every view (class names ``ortlab-*``)."""
 

@@ -30,8 +30,20 @@ PARTITION_COLUMNS = (
     "eager_runs",
     "error",
 )
-VERDICT_COLUMNS = ("graph", "kind", "node", "target", "supported", "partition", "reason")
+VERDICT_COLUMNS = (
+    "graph",
+    "kind",
+    "node",
+    "target",
+    "supported",
+    "partition",
+    "reason",
+    "source",
+)
 REASON_COLUMNS = ("reason", "supported", "nodes", "targets")
+EAGER_SOURCE_COLUMNS = ("source", "nodes", "ops", "reasons", "graphs")
+UNKNOWN_SOURCE = "(source unknown)"
+"""The ``source`` of nodes whose verdict has none (nodes PyTorch added itself)."""
 SESSION_COLUMNS = (
     "graph",
     "kind",
@@ -57,6 +69,8 @@ GRAPH_COLUMNS = (
     "eager",
     "partitions",
     "sessions",
+    "runs",
+    "cause",
 )
 TIMING_COLUMNS = ("step", "seconds", "start", "fraction")
 
@@ -86,7 +100,9 @@ def graphs_frame(obj: Any) -> pd.DataFrame:
     """One row per graph record.
 
     Columns: ``graph`` (index), ``kind``, ``compile_id``, ``nodes`` (call_function nodes),
-    ``in_ort``, ``eager``, ``partitions``, ``sessions``.
+    ``in_ort``, ``eager``, ``partitions``, ``sessions``, ``runs`` (times the compiled graph
+    ran), ``cause`` (why the graph exists: first compile, recompile and the guard that
+    failed, backward; and the graph break that ended it).
     """
     rows = []
     for g in _subjects.graphs_of(obj):
@@ -101,9 +117,17 @@ def graphs_frame(obj: Any) -> pd.DataFrame:
                 g.node_count - in_ort,
                 len(g.partitions),
                 sum(len(p.sessions) for p in g.partitions),
+                g.run_count,
+                graph_cause(g),
             )
         )
     return _frame(rows, GRAPH_COLUMNS)
+
+
+def graph_cause(graph: records.GraphRecord) -> str:
+    """Why a graph exists (:attr:`~ortlab.backend.records.GraphRecord.cause`), and why it
+    runs entirely in PyTorch when it does."""
+    return graph.cause + (f" (runs in PyTorch: {graph.error})" if graph.error else "")
 
 
 def partitions_frame(obj: Any) -> pd.DataFrame:
@@ -136,8 +160,9 @@ def verdicts_frame(obj: Any) -> pd.DataFrame:
     """One row per ``call_function`` node, grouped by reason (eager reasons first).
 
     Columns: ``graph``, ``kind``, ``node``, ``target``, ``supported``, ``partition`` (the
-    partition holding the node, ``""`` when none), ``reason``. Rows with the same reason
-    are adjacent; within a reason they keep graph order.
+    partition holding the node, ``""`` when none), ``reason``, ``source`` (the user's line
+    the node comes from, ``"model.py:12 in forward: y = f(x)"``; ``""`` when unknown).
+    Rows with the same reason are adjacent; within a reason they keep graph order.
     """
     rows = []
     for g in _subjects.graphs_of(obj):
@@ -152,6 +177,7 @@ def verdicts_frame(obj: Any) -> pd.DataFrame:
                     v.supported,
                     member.get(v.node, ""),
                     v.reason,
+                    v.source,
                 )
             )
     first_seen: dict[tuple[bool, str], int] = {}
@@ -179,6 +205,57 @@ def reasons_frame(obj: Any) -> pd.DataFrame:
     ]
     rows.sort(key=lambda r: (r[1], -r[2]))
     return _frame(rows, REASON_COLUMNS)
+
+
+def eager_verdicts(graph: records.GraphRecord) -> list[tuple[records.Verdict, str]]:
+    """The verdicts of a graph's nodes that run in PyTorch, each with why: its verdict's
+    reason, or its partition's fall back."""
+    in_ort = set(graph.ort_node_names)
+    failed = {n: p for p in graph.partitions if p.state != "ort" for n in p.node_names}
+    out = []
+    for v in graph.verdicts:
+        if v.node in in_ort:
+            continue
+        part = failed.get(v.node)
+        reason = (
+            v.reason
+            if part is None
+            else f"partition {part.name} fell back to eager: {part.error}"
+        )
+        out.append((v, reason))
+    return out
+
+
+def eager_sources_frame(obj: Any) -> pd.DataFrame:
+    """The nodes that stay in PyTorch grouped by the line of the user's code they come
+    from: which line puts how many ops in PyTorch, and why.
+
+    Columns: ``source`` (``"model.py:14 in forward: y = f(x)"``, or
+    :data:`UNKNOWN_SOURCE`), ``nodes`` (count), ``ops`` (targets with counts, most
+    frequent first), ``reasons`` (distinct, ``"; "``-separated), ``graphs`` (indices).
+    Lines putting the most nodes in PyTorch come first; ties keep graph order.
+    """
+    groups: dict[str, tuple[collections.Counter[str], dict[str, None], dict[int, None]]] = {}
+    for g in _subjects.graphs_of(obj):
+        for v, reason in eager_verdicts(g):
+            ops, reasons, graphs = groups.setdefault(
+                v.source or UNKNOWN_SOURCE, (collections.Counter(), {}, {})
+            )
+            ops[v.target] += 1
+            reasons[reason] = None
+            graphs[g.index] = None
+    rows = [
+        (
+            source,
+            sum(ops.values()),
+            ", ".join(f"{t} ×{c}" for t, c in ops.most_common()),
+            "; ".join(reasons),
+            ", ".join(str(i) for i in graphs),
+        )
+        for source, (ops, reasons, graphs) in groups.items()
+    ]
+    rows.sort(key=lambda r: -r[1])  # stable: ties keep graph order
+    return _frame(rows, EAGER_SOURCE_COLUMNS)
 
 
 def sessions_frame(obj: Any) -> pd.DataFrame:
@@ -236,8 +313,9 @@ def timings(obj: Any) -> dict[str, float]:
 def timings_frame(obj: Any) -> pd.DataFrame:
     """The compile-time breakdown, one row per step in pipeline order.
 
-    Steps: Dynamo trace, exporter registry, lower to ATen, support, partition, type
-    promotion, translate, serialize, transforms, session, first run. Columns: ``step``,
+    Steps: Dynamo trace, exporter registry, lower to ATen, support, partition, Dynamo
+    guards, type promotion, translate, serialize, transforms, session, first run (every
+    step, zero when it took no time). Columns: ``step``,
     ``seconds``, ``start`` (seconds before this step, for a waterfall), ``fraction`` (of
     the total; 0 when nothing was compiled).
     """
@@ -277,6 +355,7 @@ def summary_rows(obj: Any) -> list[tuple[str, Any]]:
         ("partitions", len(partitions)),
         ("failed partitions", sum(1 for p in partitions if p.error)),
         ("sessions", len(sessions)),
+        ("graph runs", sum(g.run_count for g in graphs)),
         ("partition runs in ORT", sum(p.run_count for p in partitions)),
         ("compile time", f"{total:.3f} s"),
     ]
