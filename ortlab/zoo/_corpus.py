@@ -12,9 +12,10 @@ the second (:attr:`~ortlab.zoo.ZooModel.followup_inputs`) is one decode step, gi
 next token, the attention mask of prompt plus token, and the ``DynamicCache`` an eager
 prefill of the prompt filled; it updates that cache in place and returns the logits.
 
-Attention runs through ``scaled_dot_product_attention`` (``attn_implementation="sdpa"``)
-wherever ``transformers`` offers it, that being its default; the models without an SDPA
-path (ALBERT, DeBERTa-v2, LeViT, MobileViT, Swin, BEiT, SegFormer...) use their only one.
+Attention runs through ``scaled_dot_product_attention`` (``attn_implementation="sdpa"``,
+set explicitly) wherever ``transformers`` offers it, as it does by default; DeBERTa-v2,
+LeViT and MobileViT have no SDPA path and spell attention out. Every model also compiles
+with ``attn_implementation="eager"`` (matmul + softmax), which gives larger graphs.
 
 ``transformers`` is imported only when a builder runs.
 """
@@ -607,7 +608,7 @@ _VISION: tuple[ZooModel, ...] = (
         "mobilevit",
         "vision",
         "MobileViT",
-        "MobileViT (MobileNetV2 blocks + unfold/attention/fold), 3x64x64",
+        "MobileViT (MobileNetV2 blocks + unfold/attention/fold), 3x64x64, eager attention",
         _builder(
             _ImageModel,
             "MobileViTForImageClassification",
@@ -656,11 +657,12 @@ _VISION: tuple[ZooModel, ...] = (
         "beit",
         "vision",
         "BEiT",
-        "BEiT with relative position bias and layer scale, 2 layers, hidden 32, 3x32x32",
+        "BEiT (relative position bias, layer scale), 2 layers, hidden 32, 3x32x32, SDPA",
         _builder(
             _ImageModel,
             "BeitForImageClassification",
             "BeitConfig",
+            attn_implementation="sdpa",
             use_relative_position_bias=True,
             use_mean_pooling=True,
             **_VIT_LIKE,
@@ -671,7 +673,7 @@ _VISION: tuple[ZooModel, ...] = (
         "dinov2",
         "vision",
         "DINOv2",
-        "DINOv2 (layer scale, CLS + mean-patch head), 2 layers, hidden 32, 3x32x32, SDPA",
+        "DINOv2 (layer scale, CLS + mean-patch head), 2 layers, 3x32x32, SDPA",
         _builder(
             _ImageModel,
             "Dinov2ForImageClassification",
@@ -693,11 +695,12 @@ _VISION: tuple[ZooModel, ...] = (
         "swin",
         "vision",
         "Swin Transformer",
-        "Swin (shifted 4x4 windows, patch merging), 2 stages, dim 16, 3x32x32",
+        "Swin (shifted 4x4 windows, patch merging), 2 stages, dim 16, 3x32x32, SDPA",
         _builder(
             _ImageModel,
             "SwinForImageClassification",
             "SwinConfig",
+            attn_implementation="sdpa",
             image_size=32,
             patch_size=2,
             embed_dim=16,
@@ -714,11 +717,12 @@ _VISION: tuple[ZooModel, ...] = (
         "segformer",
         "vision",
         "SegFormer",
-        "SegFormer (efficient attention, mix-FFN, all-MLP decoder), 4 stages, 3x64x64",
+        "SegFormer (reduced-key attention, mix-FFN, MLP decoder), 4 stages, 3x64x64, SDPA",
         _builder(
             _ImageModel,
             "SegformerForSemanticSegmentation",
             "SegformerConfig",
+            attn_implementation="sdpa",
             hidden_sizes=[8, 16, 32, 64],
             depths=[1, 1, 1, 1],
             num_attention_heads=[1, 2, 2, 4],
@@ -749,7 +753,7 @@ _VISION: tuple[ZooModel, ...] = (
         "levit",
         "vision",
         "LeViT",
-        "LeViT (conv stem, attention with learned biases, shrinking attention), 3x64x64",
+        "LeViT (conv stem, attention biases, subsampling attention), 3x64x64, eager attn",
         _builder(
             _ImageModel,
             "LevitForImageClassification",
@@ -800,11 +804,12 @@ _TEXT: tuple[ZooModel, ...] = (
         "albert",
         "text",
         "ALBERT",
-        f"AlbertModel (factorised embeddings, shared layer), seq {_SEQ} with padding",
+        f"AlbertModel (factorised embeddings, shared layer), seq {_SEQ} with padding, SDPA",
         _builder(
             _TextEncoder,
             "AlbertModel",
             "AlbertConfig",
+            attn_implementation="sdpa",
             embedding_size=16,
             classifier_dropout_prob=0.0,
             **_BERT_LIKE,
@@ -815,7 +820,7 @@ _TEXT: tuple[ZooModel, ...] = (
         "deberta_v2",
         "text",
         "DeBERTa-v2",
-        f"DebertaV2Model (disentangled relative attention), seq {_SEQ} with padding",
+        f"DebertaV2Model (disentangled relative attention, eager), seq {_SEQ} with padding",
         _builder(
             _TextEncoder,
             "DebertaV2Model",
@@ -922,7 +927,7 @@ _DECODERS: tuple[ZooModel, ...] = (
     _decoder(
         "phi",
         "Phi",
-        f"PhiForCausalLM (Phi-2: partial rotary, parallel block), seq {_SEQ} + a decode step",
+        f"PhiForCausalLM (Phi-2: partial rotary, parallel block), seq {_SEQ} + decode, SDPA",
         "PhiForCausalLM",
         "PhiConfig",
         303,
@@ -948,7 +953,7 @@ _DECODERS: tuple[ZooModel, ...] = (
     _decoder(
         "gemma",
         "Gemma",
-        f"GemmaForCausalLM (GeGLU, scaled embeddings, MQA), seq {_SEQ} + a decode step",
+        f"GemmaForCausalLM (GeGLU, scaled embeddings, MQA), seq {_SEQ} + a decode step, SDPA",
         "GemmaForCausalLM",
         "GemmaConfig",
         305,
@@ -958,7 +963,7 @@ _DECODERS: tuple[ZooModel, ...] = (
     _decoder(
         "gemma3",
         "Gemma 3",
-        "Gemma3ForCausalLM text (q/k norm, sliding window 8 then global), + a decode step",
+        f"Gemma3ForCausalLM (q/k norm, sliding window 8 + global), seq {_SEQ} + decode, SDPA",
         "Gemma3ForCausalLM",
         "Gemma3TextConfig",
         306,
@@ -1002,11 +1007,12 @@ _ENCODER_DECODERS: tuple[ZooModel, ...] = (
         "t5",
         "encoder-decoder",
         "T5",
-        f"T5Model (relative position buckets, RMS norm), 1+1 layers, d 32, seq {_SEQ}/8",
+        f"T5Model (relative position buckets, RMS norm), 1+1 layers, seq {_SEQ}/8, SDPA",
         _builder(
             _Seq2Seq,
             "T5Model",
             "T5Config",
+            attn_implementation="sdpa",
             vocab_size=_VOCAB,
             d_model=32,
             d_kv=16,
@@ -1068,7 +1074,7 @@ _AUDIO: tuple[ZooModel, ...] = (
         "whisper",
         "audio",
         "Whisper",
-        "WhisperModel, 1+1 layers, d 32, 16 mel bins x 32 frames in, 8 decoder tokens, SDPA",
+        "WhisperModel, 1+1 layers, d 32, 16 mel bins x 32 frames, 8 decoder tokens, SDPA",
         _builder(
             _SpeechSeq2Seq,
             "WhisperModel",
@@ -1102,8 +1108,7 @@ _AUDIO: tuple[ZooModel, ...] = (
         "wav2vec2",
         "audio",
         "Wav2Vec2",
-        f"Wav2Vec2Model (conv feature encoder, group norm, conv positions), "
-        f"{_AUDIO_SAMPLES} raw samples, SDPA",
+        f"Wav2Vec2Model (conv features, conv positions), {_AUDIO_SAMPLES} raw samples, SDPA",
         _builder(
             _AudioEncoder,
             "Wav2Vec2Model",
@@ -1135,7 +1140,7 @@ _MULTIMODAL: tuple[ZooModel, ...] = (
         "clip",
         "multimodal",
         "CLIP",
-        f"CLIPModel (text seq {_SEQ} + ViT on 3x32x32), returns logits and both embeds",
+        f"CLIPModel (text seq {_SEQ} + ViT on 3x32x32): logits and both embeds, SDPA",
         _builder(
             _ImageText,
             "CLIPModel",
@@ -1152,7 +1157,7 @@ _MULTIMODAL: tuple[ZooModel, ...] = (
         "siglip",
         "multimodal",
         "SigLIP",
-        f"SiglipModel (sigmoid loss pair, attention-pooling head), text {_SEQ} + 3x32x32",
+        f"SiglipModel (attention-pooling head), text {_SEQ} + 3x32x32: logits, embeds, SDPA",
         _builder(
             _ImageText,
             "SiglipModel",
