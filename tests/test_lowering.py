@@ -215,3 +215,25 @@ def test_training_attention_lowers_to_math_and_stays_in_one_partition():
     for graph in backend.graphs:
         assert len(graph.partitions) == 1, graph.verdicts
         assert not any("attention" in v.target for v in graph.verdicts)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_batch_norm_in_training_mode_runs_in_ort(grad):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    model.train()
+    reference = copy.deepcopy(model)
+    compiled = ortlab.compile(model, dynamic=False)
+    x = torch.randn(4, 3, 8, 8)
+    with torch.set_grad_enabled(grad):
+        torch.testing.assert_close(compiled(x), reference(x), atol=1e-5, rtol=1e-5)
+    # The running statistics were updated as eager updates them.
+    for name, buffer in reference.named_buffers():
+        torch.testing.assert_close(dict(model.named_buffers())[name], buffer)
+    first = compiled.ortlab_backend.graphs[0]
+    assert not any("batch_norm" in v.target for v in first.verdicts)
+    assert len(first.partitions) == 1
+    eager = [first.verdict(n) for n in first.eager_node_names]
+    if grad:  # AOTAutograd writes the running statistics back itself
+        assert eager == []
+    else:  # running_mean, running_var, num_batches_tracked: one write-back each
+        assert [v.target for v in eager] == ["aten.copy_.default"] * 3

@@ -412,7 +412,7 @@ class OrtBackend:
             fw_compiler=functools.partial(compiler, kind="forward"),
             bw_compiler=functools.partial(compiler, kind="backward"),
             inference_compiler=functools.partial(compiler, kind="inference"),
-            decompositions=_torch_private.aot_decompositions(self._options.opset_version),
+            decompositions=_torch_private.lowering_decompositions(self._options.opset_version),
         )
         # AOTAutograd traces and partitions, then calls _compile_boxed per graph; the
         # time since this mark is that graph's lowering.
@@ -472,7 +472,7 @@ class OrtBackend:
             aten = _torch_private.lower_to_aten(
                 graph_module,
                 example_inputs,
-                _torch_private.onnx_friendly_decompositions(self._options.opset_version),
+                _torch_private.lowering_decompositions(self._options.opset_version),
             )
         except Exception as e:
             if isinstance(e, _torch_private.dynamo_signals()):

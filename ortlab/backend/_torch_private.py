@@ -165,10 +165,27 @@ def registry_with(
 
 
 @functools.cache
-def aot_decompositions(opset_version: int | None = None) -> dict[Any, Callable[..., Any]]:
-    """The decomposition table for AOTAutograd (see :func:`attention_as_math` for the
-    one other change AOTAutograd's trace needs)."""
-    return onnx_friendly_decompositions(opset_version)
+def lowering_decompositions(
+    opset_version: int | None = None,
+) -> dict[Any, Callable[..., Any]]:
+    """The decomposition table of both lowerings (make_fx and AOTAutograd):
+    :func:`onnx_friendly_decompositions` plus torch's decomposition of batch norm in
+    training mode (see :func:`attention_as_math` for the one other change AOTAutograd's
+    trace needs).
+
+    ``_native_batch_norm_legit_functional`` (batch norm with batch statistics and
+    running-stat updates) has a torchlib translation, but not one that reproduces
+    PyTorch's batch statistics, so it had to stay in PyTorch — cutting a CNN's training
+    graph at every normalization. Decomposed, it is a mean, a variance and elementwise
+    ops (and its backward the decomposed ``native_batch_norm_backward``), all of which
+    run in ONNX Runtime. Inference batch norm (``_no_training``) stays one op.
+    """
+    from torch._decomp import decomposition_table
+
+    table = dict(onnx_friendly_decompositions(opset_version))
+    for op in (torch.ops.aten._native_batch_norm_legit_functional.default,):
+        table[op] = decomposition_table[op]
+    return table
 
 
 @contextlib.contextmanager
