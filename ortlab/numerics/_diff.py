@@ -1,4 +1,9 @@
-"""``ortlab.diff``: is the ortlab-compiled call right, and if not, where does it go wrong?"""
+"""``ortlab.diff``: is the ortlab-compiled call right, and if not, where does it go wrong?
+
+:func:`diff` compiles the call itself, with a fresh backend; :func:`diff_compiled` checks
+a call compiled already (``%ortcompile`` compiles once and diffs that). Both end in
+:func:`compare_runs`, which turns the two sides' runs into a :class:`DiffReport`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 import torch
 
 import ortlab.backend
-from ortlab import errors
+from ortlab import _harness, errors
 from ortlab.numerics import _compare, _localise, _records, _runner, _sweep
 
 
@@ -46,11 +51,39 @@ def _diff_once(
     request: _Request, backend: ortlab.backend.OrtBackend
 ) -> tuple[_records.DiffReport, _runner.Runs]:
     """One comparison with ``backend``; also returns both sides' runs."""
-    atol, rtol, backward = request.atol, request.rtol, request.backward
     runs = _runner.run_both(
-        request.fn, request.args, backend, backward=backward, dynamic=request.dynamic
+        request.fn, request.args, backend, backward=request.backward, dynamic=request.dynamic
     )
-    notes = runs.notes
+    report = compare_runs(
+        runs,
+        atol=request.atol,
+        rtol=request.rtol,
+        backward=request.backward,
+        nodes=request.nodes,
+    )
+    return report, runs
+
+
+def compare_runs(
+    runs: _runner.Runs,
+    *,
+    atol: _compare.Tolerance = None,
+    rtol: _compare.Tolerance = None,
+    backward: bool = False,
+    nodes: bool | None = None,
+) -> _records.DiffReport:
+    """The report on two sides run already (:func:`_runner.run_both` or
+    :func:`_runner.run_compiled`): outputs, gradients, every captured partition run.
+
+    Args:
+        runs: Both sides, and the compiled side's captured partition runs.
+        atol: Absolute tolerance, as :func:`diff` takes it.
+        rtol: Relative tolerance, likewise.
+        backward: Whether the runs took gradients (said in the report).
+        nodes: Compare intermediate nodes, as :func:`diff` takes it.
+    """
+    backend = runs.backend
+    notes = list(runs.notes)
     if not backend.graphs:
         notes.append("Dynamo compiled no graph: the compiled call ran entirely in eager")
     eager, compiled = runs.eager, runs.compiled
@@ -89,10 +122,10 @@ def _diff_once(
             runs.captures,
             atol=_compare.intermediate_tolerance(atol),
             rtol=_compare.intermediate_tolerance(rtol),
-            nodes=request.nodes,
+            nodes=nodes,
             rng_state=runs.rng,
         )
-    report = _records.DiffReport(
+    return _records.DiffReport(
         outputs,
         gradients,
         partitions,
@@ -104,7 +137,6 @@ def _diff_once(
         compiled_seconds=compiled.seconds,
         notes=notes,
     )
-    return report, runs
 
 
 def diff(
@@ -173,3 +205,48 @@ def diff(
             repeat=repeat,
         )
     return report
+
+
+def diff_compiled(
+    compiled: Callable[..., Any],
+    *args: Any,
+    original: Callable[..., Any] | None = None,
+    atol: _compare.Tolerance = None,
+    rtol: _compare.Tolerance = None,
+    backward: bool = False,
+    nodes: bool | None = None,
+) -> _records.DiffReport:
+    """Compares a call compiled already with ortlab against its eager original.
+
+    :func:`diff` without compiling again: the report is about the graphs, partitions and
+    sessions of ``compiled``'s own backend (a first call compiles them there). Both sides
+    start from the same RNG state; a module is deep-copied for the eager side, and the
+    compiled side runs the module ``compiled`` was compiled on. Example::
+
+        compiled = ortlab.compile(model)
+        report = ortlab.numerics.diff_compiled(compiled, x, atol=1e-4)
+
+    Args:
+        compiled: The result of :func:`ortlab.compile` or a ``torch.compile``-d callable
+            with an :class:`~ortlab.OrtBackend`, called as ``compiled(*args)``.
+        *args: Positional inputs, cloned for each run.
+        original: What ``compiled`` calls, run eagerly: a module, a function, or a
+            ``functools.partial`` of either with the arguments ``compiled`` binds;
+            ``None``: what ``compiled`` was compiled from.
+        atol: Absolute tolerance, as :func:`diff` takes it.
+        rtol: Relative tolerance, likewise.
+        backward: Also compare gradients, as :func:`diff` does. The inputs are then made
+            to require grad, which recompiles a call compiled for inputs that did not.
+        nodes: Compare intermediate nodes, as :func:`diff` takes it.
+
+    Returns:
+        A :class:`~ortlab.numerics.DiffReport`.
+
+    Raises:
+        UnsupportedOptionError: ``compiled`` was not compiled with ortlab.
+    """
+    backend = ortlab.backend.backend_of(compiled)
+    if original is None:
+        original = _harness.unwrap_compiled(compiled)
+    runs = _runner.run_compiled(compiled, original, args, backend, backward=backward)
+    return compare_runs(runs, atol=atol, rtol=rtol, backward=backward, nodes=nodes)

@@ -1,9 +1,13 @@
-"""Running a call eagerly and through a fresh ortlab backend, on equal footing.
+"""Running a call eagerly and through ortlab, on equal footing.
 
-Both sides get their own clone of the inputs (and of a module, deep-copied), start from the
-same RNG state (CPU and every CUDA device in use) and, with ``backward=True``, the same
-random output gradient. The compiled side runs under an observer that clones what every
-partition received from and returned to ONNX Runtime, for the localisation that follows.
+Both sides get their own clone of the inputs, start from the same RNG state (CPU and every
+CUDA device in use) and, with ``backward=True``, run with grad enabled and the same random
+output gradient. The compiled side runs under an observer that clones what every partition
+received from and returned to ONNX Runtime, for the localisation that follows.
+
+Two ways in: :func:`run_both` compiles the call itself with a fresh backend (each side
+then runs its own deep copy of a module), :func:`run_compiled` takes a call compiled
+already (its side runs the module it was compiled on; the eager side a deep copy of it).
 """
 
 from __future__ import annotations
@@ -125,6 +129,36 @@ def cuda_devices(args: Sequence[Any]) -> list[int]:
     )
 
 
+def _gradients(
+    module: torch.nn.Module | None,
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    cotangents: Sequence[torch.Tensor | None],
+) -> list[tuple[str, torch.Tensor | None]]:
+    """``grad[name]`` of ``module``'s parameters and of the inputs that require grad, for
+    the output gradients ``cotangents`` (``torch.autograd.grad``: nothing accumulates in
+    ``.grad``, so the caller's module is left as it was)."""
+    targets = _grad_targets(module, inputs)
+    pairs = [
+        (v, c)
+        for v, c in zip(outputs, cotangents)
+        if c is not None and isinstance(v, torch.Tensor) and v.requires_grad
+    ]
+    if not targets or not pairs:
+        return []
+    got = torch.autograd.grad(
+        [v for v, _ in pairs],
+        [t for _, t in targets],
+        [c for _, c in pairs],
+        allow_unused=True,
+    )
+    return [(f"grad[{n}]", g) for (n, _), g in zip(targets, got)]
+
+
+def _detach(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
 @dataclasses.dataclass
 class Side:
     """What one side returned: named outputs, named gradients, wall time."""
@@ -132,6 +166,8 @@ class Side:
     outputs: list[tuple[str, Any]]
     grads: list[tuple[str, torch.Tensor | None]]
     seconds: float
+    value: Any = None
+    """The call's return value as it came (tensors detached)."""
 
 
 def _run_side(
@@ -146,29 +182,19 @@ def _run_side(
     inputs = _clone_inputs(args, grad=backward)
     rng_state.restore()
     start = time.perf_counter()
-    if backward:
+    # Grad on for a backward (even inside the caller's no_grad), off otherwise.
+    with torch.set_grad_enabled(backward):
         out = fn(*inputs)
-    else:
-        with torch.no_grad():
-            out = fn(*inputs)
     flat = _harness.named_leaves(out)
     grads: list[tuple[str, torch.Tensor | None]] = []
     if backward:
-        targets = _grad_targets(module, inputs)
         cots = cotangents if cotangents is not None else _cotangents(flat)
-        pairs = [(v, c) for (_, v), c in zip(flat, cots) if c is not None and v.requires_grad]
-        if targets and pairs:
-            got = torch.autograd.grad(
-                [v for v, _ in pairs],
-                [t for _, t in targets],
-                [c for _, c in pairs],
-                allow_unused=True,
-            )
-            grads = [(f"grad[{n}]", g) for (n, _), g in zip(targets, got)]
+        grads = _gradients(module, inputs, [v for _, v in flat], cots)
         cotangents = cots
     seconds = time.perf_counter() - start
-    detached = [(n, v.detach() if isinstance(v, torch.Tensor) else v) for n, v in flat]
-    return Side(detached, grads, seconds), cotangents or []
+    detached = [(n, _detach(v)) for n, v in flat]
+    value = _torch_private.tree_map(_detach, out)
+    return Side(detached, grads, seconds, value), cotangents or []
 
 
 @dataclasses.dataclass
@@ -200,32 +226,116 @@ def run_both(
 ) -> Runs:
     """Runs ``fn`` eagerly and compiled with ``backend``, from one RNG state.
 
-    The caller's module, inputs and RNG state are left untouched. Warnings about ortlab
-    raised by the compiled run become notes; others are re-issued.
+    Each side runs its own deep copy of a module. The caller's module, inputs and RNG state
+    are left untouched. Warnings about ortlab raised by the compiled run become notes;
+    others are re-issued.
     """
     target = _harness.unwrap_compiled(fn)
     module = target if isinstance(target, torch.nn.Module) else None
-    notes: list[str] = []
     # Each side's own copy of a module, whose parameters its gradients are taken for.
     eager_module = copy.deepcopy(module) if module is not None else None
     compiled_module = copy.deepcopy(module) if module is not None else None
     eager_target = eager_module if eager_module is not None else target
     compiled_target = compiled_module if compiled_module is not None else target
-    if module is None and backward:
-        notes.append("a plain function is not copied: gradients of inputs only")
-    recorder = _Recorder()
-    remove = backend.add_observer(recorder)
     entry = _harness.fresh_entry(compiled_target, name="ortlab_diff_call")
     compiled = torch.compile(entry, backend=backend, dynamic=dynamic)
+    return _run(
+        (compiled, compiled_module),
+        (eager_target, eager_module),
+        args,
+        backend,
+        backward=backward,
+        capture=True,
+        notes=[],
+    )
+
+
+def run_compiled(
+    compiled: Callable[..., Any],
+    original: Any,
+    args: Sequence[Any],
+    backend: OrtBackend,
+    *,
+    backward: bool,
+    capture: bool = True,
+) -> Runs:
+    """Runs a call compiled already with ``backend``, and its original eagerly, from one
+    RNG state.
+
+    Nothing is compiled here unless the call's guards ask for it (a first call, or inputs
+    made to require grad for ``backward``): the records of the compiled side land in
+    ``backend`` next to those of earlier calls.
+
+    Args:
+        compiled: The compiled call, called as ``compiled(*args)``.
+        original: What ``compiled`` calls, run eagerly: a module, a function, or a
+            ``functools.partial`` of either (the arguments ``compiled`` binds too). A
+            module is deep-copied for the eager side before either side runs; the compiled
+            side runs the module itself (the one it was compiled on), and its gradients
+            are those of that module's parameters.
+        args: Positional inputs, cloned for each side.
+        backend: The :class:`~ortlab.OrtBackend` ``compiled`` runs on.
+        backward: Also take gradients (grad enabled, a fixed random output gradient);
+            otherwise both sides run under ``torch.no_grad()``.
+        capture: Record the compiled side's partition runs (for the localisation).
+    """
+    notes: list[str] = []
+    bound_args: tuple[Any, ...] = ()
+    bound_kwargs: dict[str, Any] = {}
+    if isinstance(original, functools.partial):
+        original, bound_args, bound_kwargs = original.func, original.args, original.keywords
+    target = _harness.unwrap_compiled(original)
+    module = target if isinstance(target, torch.nn.Module) else None
+    eager_module = module
+    if module is not None:
+        try:
+            eager_module = copy.deepcopy(module)
+        except Exception as e:
+            notes.append(
+                f"the module could not be copied ({type(e).__name__}: {e}); the eager side "
+                "ran on the module itself, before the compiled side"
+            )
+    eager_target = eager_module if eager_module is not None else target
+    if bound_args or bound_kwargs:
+        eager_target = functools.partial(eager_target, *bound_args, **bound_kwargs)
+    return _run(
+        (compiled, module),
+        (eager_target, eager_module),
+        args,
+        backend,
+        backward=backward,
+        capture=capture,
+        notes=notes,
+    )
+
+
+def _run(
+    compiled: tuple[Callable[..., Any], torch.nn.Module | None],
+    eager: tuple[Callable[..., Any], torch.nn.Module | None],
+    args: Sequence[Any],
+    backend: OrtBackend,
+    *,
+    backward: bool,
+    capture: bool,
+    notes: list[str],
+) -> Runs:
+    """Both sides: ``(callable, the module whose parameters get gradients)`` each, eager
+    first (its output gradient is reused by the compiled side)."""
+    compiled_fn, compiled_module = compiled
+    eager_fn, eager_module = eager
+    if compiled_module is None and backward:
+        notes.append("a plain function is not copied: gradients of inputs only")
+    recorder = _Recorder()
+    remove = backend.add_observer(recorder) if capture else _no_observer
     devices = cuda_devices(args)
     with torch.random.fork_rng(devices=devices):
         rng = RngState.capture(devices)
         side = functools.partial(_run_side, args=args, backward=backward, rng_state=rng)
-        eager_side, cots = side(eager_target, eager_module, cotangents=None)
+        eager_side, cots = side(eager_fn, eager_module, cotangents=None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                compiled_side, _ = side(compiled, compiled_module, cotangents=cots)
+                compiled_side, _ = side(compiled_fn, compiled_module, cotangents=cots)
             finally:
                 remove()
     for w in caught:
@@ -242,30 +352,37 @@ def run_both(
         rng,
         devices,
         list(dict.fromkeys(notes)),
-        _replay(compiled, args, backward=backward, cotangents=cots),
-        _replay(eager_target, args, backward=backward, cotangents=cots),
+        _replay(compiled_fn, compiled_module, args, backward=backward, cotangents=cots),
+        _replay(eager_fn, eager_module, args, backward=backward, cotangents=cots),
     )
+
+
+def _no_observer() -> None:
+    """What removing an observer that was never added does."""
 
 
 def _replay(
     fn: Callable[..., Any],
+    module: torch.nn.Module | None,
     args: Sequence[Any],
     *,
     backward: bool,
     cotangents: Sequence[torch.Tensor | None],
 ) -> Callable[[], None]:
-    """A callable running ``fn`` again on fresh clones of the inputs, with the same output
-    gradient when ``backward`` (what the sweep times)."""
+    """A callable running ``fn`` again, what the sweep and ``%ortcompile --bench`` time:
+    in the grad mode of the first run and, when ``backward``, taking the same gradients for
+    the same output gradient. The inputs are cloned at its first call and reused, so that
+    timing measures the call, not the copies."""
+    cloned: list[list[Any]] = []
 
     def call() -> None:
-        inputs = _clone_inputs(args, grad=backward)
-        if not backward:
-            with torch.no_grad():
-                fn(*inputs)
-            return
-        out = [v for _, v in _harness.named_leaves(fn(*inputs))]
-        pairs = [(v, c) for v, c in zip(out, cotangents) if c is not None]
-        if pairs:
-            torch.autograd.backward([v for v, _ in pairs], [c for _, c in pairs])
+        if not cloned:
+            cloned.append(_clone_inputs(args, grad=backward))
+        inputs = cloned[0]
+        with torch.set_grad_enabled(backward):
+            out = fn(*inputs)
+        if backward:
+            leaves = [v for _, v in _harness.named_leaves(out)]
+            _gradients(module, inputs, leaves, cotangents)
 
     return call
