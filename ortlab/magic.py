@@ -1,20 +1,36 @@
-"""``%ortcompile`` / ``%%ortcompile``: compile a call with ortlab, run it and eager, inspect.
+"""``%ortcompile`` / ``%%ortcompile``: compile a call once, run it and eager, inspect.
 
-Usage (after ``%load_ext ortlab``)::
+Usage (after ``%load_ext ortlab``; ``%ortcompile -h`` or ``%ortcompile?`` prints every
+option)::
 
-    %ortcompile [--static] [--ep NAME]... [--no-aot] [--fullgraph] [--atol A] [--rtol R]
-                [--bench N] [--diff | --no-diff] model(x)
+    %ortcompile [options] model(x)
 
     %%ortcompile [options]
     x = torch.randn(8, 2)     # statements: set-up, run in the notebook's namespace
     model(x)                  # last expression: the call that is compiled
 
-The callee of the call is compiled with a fresh :class:`~ortlab.OrtBackend`, run, and run
-eagerly on the same arguments. The magic displays the Inspector under a one-line verdict
-(nodes in ORT / total, max abs diff, first-call time) and returns an
-:class:`OrtCompileResult` for later cells. With ``--diff`` (the default) the numerics
-report of :func:`ortlab.diff` adds a Numerics tab. Bad input — no call expression, an
-unknown option, an undefined name — is a one-line usage error, not a traceback.
+This module owns the magic: its options (one table, :data:`_OPTIONS`, from which both the
+IPython parser with its generated help and the plain parser of :func:`parse_arguments`
+are built), the choice of mode, and :class:`OrtCompileResult`.
+
+What a call does (:func:`run_ortcompile`):
+
+- **mode**: inference (under ``torch.no_grad()``: one inference graph, no backward) for a
+  module in ``eval()`` mode or a function called with grad disabled; training (forward
+  and backward, gradients of the parameters and floating-point inputs compared) for a
+  module in ``train()`` mode or a function called with grad enabled. ``--infer`` and
+  ``--train`` choose; the verdict names the mode.
+- **compile once**: the callee is compiled with one fresh :class:`~ortlab.OrtBackend`
+  (every ``OrtBackendOptions`` field settable, ``--option KEY=VALUE``); that compiled call
+  and eager run once each from the same RNG state (the eager side on a deep copy of a
+  module), and the numerics report is built from that same call's captured partition
+  runs (:func:`ortlab.numerics._diff.compare_runs`, the second half of
+  ``diff_compiled``) — nothing is compiled a second time.
+- ``--bench N``: both sides timed by the bench engine (:mod:`ortlab.bench._engine`:
+  warm-up, interleaved blocks, median and p10–p90), in the run's mode.
+- the Inspector is displayed under a one-line verdict and an :class:`OrtCompileResult`
+  returned. Bad input (no call expression, an unknown option, a bad option value, an
+  undefined name) is a one-line usage error, not a traceback.
 """
 
 from __future__ import annotations
@@ -24,13 +40,18 @@ import ast
 import dataclasses
 import functools
 import math
+import re
 import shlex
-import time
+import textwrap
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ortlab import _harness, _html, errors
+import torch
+
+import ortlab.backend
+from ortlab import _deps, _harness, _html, errors
 from ortlab.bench import _engine
-from ortlab.numerics import _compare
+from ortlab.numerics import _compare, _diff, _runner
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend
@@ -44,71 +65,315 @@ __all__ = [
     "run_ortcompile",
 ]
 
-USAGE = (
-    "%ortcompile [--static] [--ep NAME]... [--no-aot] [--fullgraph] [--atol A] [--rtol R] "
-    "[--bench N] [--diff|--no-diff] model(args)"
+BENCH_WARMUP = 3
+"""``--bench N``: untimed calls of each side before the N timed ones."""
+
+USAGE = "%ortcompile [options] model(args)   (%ortcompile -h lists the options)"
+
+_DESCRIPTION = """\
+Compile a call with ortlab (once, with a fresh backend), run it and eager on the same
+arguments from the same RNG state, and show the Inspector under a one-line verdict.
+Returns an OrtCompileResult (.compiled, .backend, .output, .eager_output, .diff, .bench).
+
+  %ortcompile [options] model(x)
+  %%ortcompile [options]     (cell: set-up statements, then the call on its last line)
+
+Mode: a module in eval() mode, or a function called with grad disabled, runs inference
+under torch.no_grad() (one inference graph, no backward); a module in train() mode, or a
+function called with grad enabled, runs training (forward + backward, gradients
+compared). --infer and --train choose.
+"""
+
+_Option = tuple[tuple[str, ...], dict[str, Any]]
+
+_OPTIONS: tuple[_Option, ...] = (
+    (("-h", "--help"), {"action": "store_true", "help": "print this help; nothing runs"}),
+    (
+        ("--infer",),
+        {
+            "action": "store_true",
+            "help": "inference: run under torch.no_grad() (one inference graph, no backward)",
+        },
+    ),
+    (
+        ("--train",),
+        {
+            "action": "store_true",
+            "help": "training: run, time and diff forward + backward (the loss: the outputs "
+            "times a fixed random gradient); gradients of the parameters and "
+            "floating-point inputs are compared",
+        },
+    ),
+    (
+        ("--static",),
+        {"action": "store_true", "help": "torch.compile(dynamic=False): static shapes"},
+    ),
+    (("--fullgraph",), {"action": "store_true", "help": "torch.compile(fullgraph=True)"}),
+    (
+        ("--ep",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "NAME",
+            "help": "preferred execution provider, repeatable: CUDA or "
+            "CUDAExecutionProvider (option preferred_execution_providers)",
+        },
+    ),
+    (
+        ("--no-aot",),
+        {
+            "action": "store_true",
+            "help": "lower without AOTAutograd (option use_aot_autograd=False)",
+        },
+    ),
+    (
+        ("--option",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "KEY=VALUE",
+            "help": "set any OrtBackendOptions field (listed below), repeatable; VALUE is a "
+            "Python literal (2, True, None, 'text', [...]) or a name defined in the "
+            "notebook; applied after --ep and --no-aot",
+        },
+    ),
+    (
+        ("--atol",),
+        {
+            "type": float,
+            "default": None,
+            "metavar": "A",
+            "help": "absolute tolerance (default: the dtype's, as torch.testing.assert_close)",
+        },
+    ),
+    (
+        ("--rtol",),
+        {"type": float, "default": None, "metavar": "R", "help": "relative tolerance"},
+    ),
+    (
+        ("--bench",),
+        {
+            "type": int,
+            "default": 0,
+            "metavar": "N",
+            "help": f"time N calls of the compiled call and of eager each, after "
+            f"{BENCH_WARMUP} warm-up calls, in interleaved blocks (the bench engine); "
+            "show the median and p10-p90 of each",
+        },
+    ),
+    (
+        ("--diff",),
+        {
+            "dest": "diff",
+            "action": "store_true",
+            "default": True,
+            "help": "add the numerics report of the same call: outputs, gradients, "
+            "partitions, first divergent node (the default)",
+        },
+    ),
+    (("--no-diff",), {"dest": "diff", "action": "store_false", "help": "no numerics report"}),
+    (
+        ("call",),
+        {
+            "nargs": "*",
+            "metavar": "CALL",
+            "help": "the call to compile, e.g. model(x); in a cell, the cell's last line",
+        },
+    ),
+)
+
+_TAKES_VALUE = frozenset(
+    name
+    for names, settings in _OPTIONS
+    if settings.get("action", "store") in ("store", "append")
+    for name in names
+    if name.startswith("-")
 )
 
 
-class _UsageError(Exception):
-    """Raised while parsing; turned into IPython's ``UsageError`` (no traceback)."""
+def _epilog() -> str:
+    fields = [f.name for f in dataclasses.fields(ortlab.backend.OrtBackendOptions)]
+    listed = textwrap.fill(
+        "OrtBackendOptions fields for --option (documented on ortlab.OrtBackendOptions): "
+        + ", ".join(fields)
+        + ".",
+        width=88,
+    )
+    return (
+        f"{listed}\n\nExamples:\n"
+        "  %ortcompile --bench 20 model(x)\n"
+        "  %ortcompile --train --atol 1e-4 model(x)\n"
+        "  %ortcompile --option min_partition_size=2 --option freeze_parameters=True m(x)\n"
+        "  %ortcompile --option custom_translations=my_table net(x)\n"
+    )
+
+
+class _UsageError(errors.OrtlabError):
+    """Bad input to the magic; shown as IPython's one-line ``UsageError``."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print and sys.exit
-        raise _UsageError(f"{message}. Usage: {USAGE}")
+        raise _UsageError(message)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="%ortcompile", add_help=False, allow_abbrev=False)
-    p.add_argument("--static", action="store_true", help="compile with dynamic=False")
-    p.add_argument("--ep", action="append", default=[], metavar="NAME", help="preferred EP")
-    p.add_argument("--no-aot", action="store_true", help="use_aot_autograd=False")
-    p.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
-    p.add_argument("--atol", type=float, default=None)
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--bench", type=int, default=0, metavar="N", help="time N calls each")
-    p.add_argument("--diff", dest="diff", action="store_true", default=True)
-    p.add_argument("--no-diff", dest="diff", action="store_false")
+    """The options as a plain argparse parser (the magic itself uses IPython's, built from
+    the same table)."""
+    p = _Parser(
+        prog="%ortcompile",
+        description=_DESCRIPTION,
+        epilog=_epilog(),
+        add_help=False,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for names, settings in _OPTIONS:
+        p.add_argument(*names, **settings)
     return p
 
 
-def parse_arguments(line: str) -> tuple[argparse.Namespace, str]:
+def _first_word(text: str) -> tuple[str, str]:
+    """The first word of ``text`` and the rest. Spaces inside quotes or brackets do not
+    end a word (``--option 'excluded_ops=["a", "b"]'``)."""
+    depth, quote, i = 0, "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c.isspace() and depth == 0:
+            break
+        i += 1
+    if quote:
+        raise _UsageError(f"unterminated quote in the options: {text!r}. Usage: {USAGE}")
+    return text[:i], text[i:].lstrip()
+
+
+def _unquote(word: str) -> str:
+    """A word entirely in quotes without them; any other word as written (so that
+    ``dump_path='out/p'`` keeps the quotes that make its value a string literal)."""
+    if word[:1] in ("'", '"') and word[-1:] == word[0]:
+        parts = shlex.split(word)
+        if len(parts) == 1:
+            return parts[0]
+    return word
+
+
+def parse_arguments(
+    line: str, *, parser: argparse.ArgumentParser | None = None
+) -> tuple[argparse.Namespace, str]:
     """Splits a magic line into options and the call expression.
 
     Options come first; the expression starts at the first word that is not an option
-    (or an option's value).
+    (or an option's value) and is returned as written.
+
+    Args:
+        line: The magic's line.
+        parser: The parser of the options (the IPython magic passes its own, built by
+            ``magic_arguments`` from the same table); ``None``: a plain argparse one.
 
     Raises:
-        _UsageError: an unknown option, a bad value, or no expression.
+        _UsageError: an unknown option, a bad value, ``--infer`` with ``--train``.
     """
-    parser = _parser()
-    takes_value = {"--ep", "--atol", "--rtol", "--bench"}
+    parser = parser if parser is not None else _parser()
     rest = line.strip()
     words: list[str] = []
-    while rest.startswith("-"):
-        try:
-            word = shlex.split(rest.split(None, 1)[0])[0]
-        except ValueError as e:
-            raise _UsageError(f"cannot parse options: {e}. Usage: {USAGE}") from None
-        pieces = rest.split(None, 1)
-        rest = pieces[1].lstrip() if len(pieces) > 1 else ""
+    wants_value = False
+    while rest and (wants_value or rest.startswith("-")):
+        word, rest = _first_word(rest)
+        word = _unquote(word)
         words.append(word)
-        name = word.split("=", 1)[0]
-        if name in takes_value and "=" not in word:
-            if not rest:
-                raise _UsageError(f"option {name} needs a value. Usage: {USAGE}")
-            pieces = rest.split(None, 1)
-            words.append(pieces[0])
-            rest = pieces[1].lstrip() if len(pieces) > 1 else ""
-    options = parser.parse_args(words)
+        if wants_value:
+            wants_value = False
+        else:
+            wants_value = word in _TAKES_VALUE  # not --bench=5
+    if wants_value:
+        raise _UsageError(f"option {words[-1]} needs a value. Usage: {USAGE}")
+    try:
+        options = parser.parse_args(words)
+    except Exception as e:  # the plain parser's _UsageError, or IPython's UsageError
+        raise _UsageError(f"{e}. Usage: {USAGE}") from None
     if options.bench < 0:
         raise _UsageError(f"--bench needs a count >= 0, got {options.bench}. Usage: {USAGE}")
+    if options.infer and options.train:
+        raise _UsageError("--infer and --train exclude each other: give one")
     return options, rest
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _option_value(key: str, text: str, namespace: dict[str, Any]) -> Any:
+    """``--option KEY=TEXT``: a Python literal, else a (dotted) name of the notebook."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    head = text.split(".")[0]
+    if _NAME.fullmatch(text) and head in namespace:
+        value = namespace[head]
+        try:
+            for attribute in text.split(".")[1:]:
+                value = getattr(value, attribute)
+        except AttributeError as e:
+            raise _UsageError(f"--option {key}={text}: {e}") from None
+        return value
+    raise _UsageError(
+        f"--option {key}={text}: {text!r} is neither a Python literal (2, True, None, "
+        "'text', [...]) nor a name defined in the notebook; quote a string: "
+        f"{key}='{text}'"
+    )
+
+
+def _backend_options(
+    options: argparse.Namespace, namespace: dict[str, Any]
+) -> ortlab.backend.OrtBackendOptions:
+    """The backend's options: the shorthands, then every ``--option``, validated by
+    :class:`~ortlab.OrtBackendOptions` itself.
+
+    Raises:
+        _UsageError: a malformed ``--option``, or the dataclass's own message for an
+            unknown key or a bad value.
+    """
+    changes: dict[str, Any] = {}
+    if options.no_aot:
+        changes["use_aot_autograd"] = False
+    if options.ep:
+        changes["preferred_execution_providers"] = [_provider_name(e) for e in options.ep]
+    for item in options.option:
+        key, equals, text = item.partition("=")
+        if not equals or not key.strip():
+            raise _UsageError(
+                f"--option {item}: write KEY=VALUE, e.g. --option min_partition_size=2"
+            )
+        changes[key.strip()] = _option_value(key.strip(), text.strip(), namespace)
+    try:
+        return ortlab.backend.OrtBackendOptions.from_value(changes)
+    except errors.UnsupportedOptionError as e:
+        raise _UsageError(" ".join(str(e).split())) from None
 
 
 def _provider_name(name: str) -> str:
     return name if name.endswith("ExecutionProvider") else f"{name}ExecutionProvider"
+
+
+def _training(callee: Any, options: argparse.Namespace) -> bool:
+    """The mode: ``--train``/``--infer``; else a module's ``training`` flag (under grad
+    mode), else the current grad mode."""
+    if options.train or options.infer:
+        return bool(options.train)
+    if isinstance(callee, torch.nn.Module):
+        return callee.training and torch.is_grad_enabled()
+    return torch.is_grad_enabled()
 
 
 def max_abs_diff(output: Any, reference: Any) -> float:
@@ -126,20 +391,32 @@ class OrtCompileResult:
         expression: The call expression as written.
         compiled: The compiled callee: call it again with other positional inputs (the
             keyword arguments of the magic's call stay bound).
-        backend: Its fresh :class:`~ortlab.OrtBackend` (records of every graph).
-        output: The compiled call's output.
-        eager_output: The eager call's output on the same arguments.
+        backend: Its fresh :class:`~ortlab.OrtBackend`: the records of this one compile.
+        output: The compiled call's output (tensors detached).
+        eager_output: The eager call's output on the same arguments and RNG state.
         max_abs_diff: Largest absolute difference between the two outputs.
-        first_call_seconds: Wall time of the first compiled call (compile + run).
-        eager_seconds: Wall time of the eager call.
-        diff: The :func:`ortlab.diff` report, or ``None`` (``--no-diff``, or it failed).
+        first_call_seconds: Wall time of the first compiled call (compile + run; with the
+            backward in training mode).
+        eager_seconds: Wall time of the eager call (likewise).
+        mode: ``"inference"`` (under ``torch.no_grad()``) or ``"training"`` (forward +
+            backward).
+        gradients: Training: ``{"grad[name]": tensor}`` of the compiled call, for the
+            parameters and the floating-point inputs; else ``None``.
+        eager_gradients: The same of the eager call.
+        grad_max_abs_diff: Training: largest absolute difference between the gradients.
+        diff: The numerics report of this call, or ``None`` (``--no-diff``, or it failed).
         diff_error: Why the numerics report is missing, when ``--diff`` was asked.
-        bench: Median milliseconds per call (``{"ortlab_ms", "eager_ms", "speedup"}``)
-            with ``--bench N``: N calls of each, timed interleaved by the bench engine
-            (:mod:`ortlab.bench._engine`); else ``None``.
+        bench: With ``--bench N``, milliseconds per call from the bench engine
+            (:mod:`ortlab.bench._engine`: ``warmup`` untimed calls, then N timed calls of
+            each side in interleaved blocks): ``ortlab_ms``/``eager_ms`` (medians),
+            ``ortlab_p10_ms``, ``ortlab_p90_ms``, ``eager_p10_ms``, ``eager_p90_ms``,
+            ``speedup`` (eager / ortlab medians), ``calls``, ``warmup``; else ``None``.
+        bench_error: Why the timing is missing, when ``--bench`` was asked.
         inspector: The :class:`~ortlab.views.Inspector` shown under the verdict.
         atol: Absolute tolerance given with ``--atol``.
         rtol: Relative tolerance given with ``--rtol``.
+        notes: Warnings about ortlab raised by the compiled call, and anything the
+            comparison could not do.
     """
 
     expression: str
@@ -156,30 +433,45 @@ class OrtCompileResult:
     inspector: Any = None
     atol: float | None = None
     rtol: float | None = None
+    mode: str = "inference"
+    gradients: dict[str, torch.Tensor | None] | None = None
+    eager_gradients: dict[str, torch.Tensor | None] | None = None
+    grad_max_abs_diff: float | None = None
+    bench_error: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def within_tolerance(self) -> bool | None:
-        """When a tolerance was given: every output within it, element by element, as
-        ``torch.testing.assert_close`` decides (a tolerance not given is the dtype's
-        default); ``None`` otherwise."""
+        """When a tolerance was given: every output (and gradient) within it, element by
+        element, as ``torch.testing.assert_close`` decides (a tolerance not given is the
+        dtype's default); ``None`` otherwise."""
         if self.atol is None and self.rtol is None:
             return None
         diffs = _compare.compare_outputs(
             self.output, self.eager_output, atol=self.atol, rtol=self.rtol
         )
+        if self.gradients is not None:
+            diffs += _compare.compare_outputs(
+                self.gradients, self.eager_gradients, atol=self.atol, rtol=self.rtol
+            )
         return all(d.passed for d in diffs)
 
     @property
     def verdict(self) -> str:
-        """One line: nodes in ORT / total, max abs diff, first-call time (and more)."""
+        """One line: mode, nodes in ORT / total, max abs diff, first-call time (and more)."""
         s = self.backend.summary()
+        training = self.mode == "training"
         parts = [
-            f"ortlab: {s['nodes_in_ort']}/{s['nodes']} nodes in ONNX Runtime "
-            f"({s['partitions']} partition{'s' if s['partitions'] != 1 else ''}, "
+            f"ortlab, {self.mode}: {s['nodes_in_ort']}/{s['nodes']} nodes in ONNX Runtime "
+            f"({s['graphs']} graph{'s' if s['graphs'] != 1 else ''}, "
+            f"{s['partitions']} partition{'s' if s['partitions'] != 1 else ''}, "
             f"{s['sessions']} session{'s' if s['sessions'] != 1 else ''})",
             f"max abs diff {self.max_abs_diff:.3g}",
-            f"first call {self.first_call_seconds:.2f} s",
+            f"first call {self.first_call_seconds:.2f} s"
+            + (" (forward + backward)" if training else ""),
         ]
+        if self.grad_max_abs_diff is not None:
+            parts[1] += f", gradients {self.grad_max_abs_diff:.3g}"
         ok = self.within_tolerance
         if ok is not None:
             parts[1] += " (within tolerance)" if ok else " (OUTSIDE tolerance)"
@@ -188,10 +480,15 @@ class OrtCompileResult:
         elif self.diff_error:
             parts.append(f"numerics unavailable: {self.diff_error}")
         if self.bench:
+            b = self.bench
             parts.append(
-                f"{self.bench['ortlab_ms']:.3f} ms/call vs eager "
-                f"{self.bench['eager_ms']:.3f} ms (x{self.bench['speedup']:.2f})"
+                f"median [p10–p90] of {b['calls']:.0f} calls: ortlab {b['ortlab_ms']:.3f} ms "
+                f"[{b['ortlab_p10_ms']:.3f}–{b['ortlab_p90_ms']:.3f}] vs eager "
+                f"{b['eager_ms']:.3f} ms [{b['eager_p10_ms']:.3f}–{b['eager_p90_ms']:.3f}] "
+                f"(speed-up x{b['speedup']:.2f})"
             )
+        elif self.bench_error:
+            parts.append(f"timing failed: {self.bench_error}")
         if s["failed_partitions"]:
             parts.append(f"{s['failed_partitions']} partition(s) fell back to eager")
         return " · ".join(parts)
@@ -257,28 +554,30 @@ def _parse_call(source: str) -> ast.Call:
     return tree.body
 
 
-def _bench(
-    compiled: Any, callee: Any, args: list[Any], kwargs: dict[str, Any], n: int
-) -> dict[str, float]:
-    """Median ms per call of the compiled and the eager callee, ``n`` calls each.
+def _bench(runs: _runner.Runs, n: int) -> dict[str, float]:
+    """Both sides of ``runs`` timed by the bench engine, in the runs' mode.
 
     Raises:
         OrtlabError: a call failed while being timed.
     """
     timed = _engine.measure(
-        {"ortlab": lambda: compiled(*args), "eager": lambda: callee(*args, **kwargs)},
-        _engine.Timing(warmup=1, iters=n),
+        {"ortlab": runs.rerun, "eager": runs.eager_rerun},
+        _engine.Timing(warmup=BENCH_WARMUP, iters=n),
     )
     for m in timed.values():
         if m.error is not None:
-            raise errors.OrtlabError(
-                f"%ortcompile --bench: the {m.name} call failed: {m.error}"
-            )
-    ort_ms, eager_ms = timed["ortlab"].median_ms, timed["eager"].median_ms
+            raise errors.OrtlabError(f"the {m.name} call failed: {m.error}")
+    ort, eager = timed["ortlab"], timed["eager"]
     return {
-        "ortlab_ms": ort_ms,
-        "eager_ms": eager_ms,
-        "speedup": eager_ms / ort_ms if ort_ms else math.inf,
+        "calls": n,
+        "warmup": BENCH_WARMUP,
+        "ortlab_ms": ort.median_ms,
+        "ortlab_p10_ms": ort.p10_ms,
+        "ortlab_p90_ms": ort.p90_ms,
+        "eager_ms": eager.median_ms,
+        "eager_p10_ms": eager.p10_ms,
+        "eager_p90_ms": eager.p90_ms,
+        "speedup": eager.median_ms / ort.median_ms if ort.median_ms else math.inf,
     }
 
 
@@ -298,86 +597,106 @@ def run_ortcompile(
         display: Called with the Inspector to show it (``IPython.display.display``).
 
     Raises:
-        _UsageError: the expression is not a call, or names in it are undefined.
+        _UsageError: the expression is not a call, names in it are undefined, or a
+            backend option is unknown or invalid.
     """
-    import ortlab
     from ortlab import views
 
     call = _parse_call(expression)
     callee, args, kwargs = _evaluate_call(call, namespace)
-    backend_options: dict[str, Any] = {"use_aot_autograd": not options.no_aot}
-    if options.ep:
-        backend_options["preferred_execution_providers"] = [
-            _provider_name(e) for e in options.ep
-        ]
+    callee = _harness.unwrap_compiled(callee)  # compiling a compiled call would nest
+    backend_options = _backend_options(options, namespace)
+    training = _training(callee, options)
     # A fresh code object per magic call: a fresh backend per call on the same forward
     # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
-    compiled = ortlab.compile(
+    compiled = ortlab.backend.compile(
         _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs),
         dynamic=not options.static,
         fullgraph=options.fullgraph,
-        **backend_options,
+        options=backend_options,
     )
-    start = time.perf_counter()
-    eager_output = callee(*args, **kwargs)
-    eager_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    output = compiled(*args)
-    first_call = time.perf_counter() - start
+    backend = ortlab.backend.backend_of(compiled)
+    # The one compiled call (it compiles) and the eager one; the report reuses its runs.
+    runs = _runner.run_compiled(
+        compiled,
+        functools.partial(callee, **kwargs) if kwargs else callee,
+        args,
+        backend,
+        backward=training,
+        capture=options.diff,
+    )
     result = OrtCompileResult(
         expression=expression.strip(),
         compiled=compiled,
-        backend=ortlab.backend_of(compiled),
-        output=output,
-        eager_output=eager_output,
-        max_abs_diff=max_abs_diff(output, eager_output),
-        first_call_seconds=first_call,
-        eager_seconds=eager_seconds,
+        backend=backend,
+        output=runs.compiled.value,
+        eager_output=runs.eager.value,
+        max_abs_diff=max_abs_diff(runs.compiled.value, runs.eager.value),
+        first_call_seconds=runs.compiled.seconds,
+        eager_seconds=runs.eager.seconds,
         atol=options.atol,
         rtol=options.rtol,
+        mode="training" if training else "inference",
+        notes=list(runs.notes),
     )
-    if options.bench:
-        result.bench = _bench(compiled, callee, args, kwargs, options.bench)
+    if training:
+        result.gradients = dict(runs.compiled.grads)
+        result.eager_gradients = dict(runs.eager.grads)
+        result.grad_max_abs_diff = max_abs_diff(result.gradients, result.eager_gradients)
     if options.diff:
-        target = functools.partial(callee, **kwargs) if kwargs else callee
         try:
-            result.diff = ortlab.diff(
-                target,
-                *args,
-                atol=options.atol,
-                rtol=options.rtol,
-                dynamic=not options.static,
-                **backend_options,
+            result.diff = _diff.compare_runs(
+                runs, atol=options.atol, rtol=options.rtol, backward=training
             )
         except Exception as e:  # the compiled result stands; say why numerics are missing
             result.diff_error = f"{type(e).__name__}: {e}"
-    result.inspector = views.Inspector(
-        result.backend, diff=result.diff, headline=result.verdict
-    )
+    if options.bench:
+        try:
+            result.bench = _bench(runs, options.bench)
+        except errors.OrtlabError as e:
+            result.bench_error = str(e)
+    result.inspector = views.Inspector(backend, diff=result.diff, headline=result.verdict)
     if display is not None:
         display(result.inspector)
     return result
 
 
-def ortcompile(shell: Any, line: str, cell: str | None = None) -> OrtCompileResult:
+def ortcompile(
+    shell: Any,
+    line: str,
+    cell: str | None = None,
+    *,
+    parser: argparse.ArgumentParser | None = None,
+) -> OrtCompileResult | None:
     """The magic's body: ``line`` holds options (and, for the line magic, the call).
+
+    Args:
+        shell: The IPython shell (its ``user_ns`` is the namespace).
+        line: The magic's line.
+        cell: The cell's body for ``%%ortcompile``.
+        parser: The options' parser (see :func:`parse_arguments`).
+
+    Returns:
+        The result, or ``None`` after printing the help (``-h``).
 
     Raises:
         IPython.core.error.UsageError: bad input, shown as one line.
     """
-    from ortlab import _deps
-
     display_mod = _deps.require("IPython.display")
     error_mod = _deps.require("IPython.core.error")
+    parser = parser if parser is not None else _parser()
     try:
+        options, rest = parse_arguments(line, parser=parser)
+        if options.help:
+            print(parser.format_help().removeprefix("::\n\n"))
+            return None
         if cell is None:
-            options, expression = parse_arguments(line)
+            expression = rest
         else:
-            options, rest = parse_arguments(line)
             if rest:
                 raise _UsageError(
                     f"%%ortcompile takes only options on its first line, got {rest!r}. "
-                    f"Usage: %%{USAGE[1:]}"
+                    f"Usage: %%ortcompile [options], then the cell"
                 )
             expression = _split_cell(cell, shell)
         return run_ortcompile(options, expression, shell.user_ns, display=display_mod.display)
@@ -400,11 +719,26 @@ def _split_cell(cell: str, shell: Any) -> str:
     return ast.unparse(tree.body[-1].value)
 
 
+def _magic(ipython: Any) -> Callable[..., OrtCompileResult | None]:
+    """The magic function for ``ipython``, declared with IPython's ``magic_arguments``
+    from :data:`_OPTIONS`: its docstring (what ``%ortcompile?`` and ``-h`` show) is the
+    generated help, and its parser parses the options."""
+    magic_arguments = _deps.require("IPython.core.magic_arguments")
+
+    def magic(line: str, cell: str | None = None) -> OrtCompileResult | None:
+        return ortcompile(ipython, line, cell, parser=decorated.parser)
+
+    magic.__doc__ = _DESCRIPTION
+    decorated: Any = magic
+    # magic_arguments adds arguments in source order, i.e. the reverse of application.
+    for names, settings in reversed(_OPTIONS):
+        decorated = magic_arguments.argument(*names, **settings)(decorated)
+    decorated = magic_arguments.kwds(epilog=_epilog())(decorated)
+    return magic_arguments.magic_arguments(name="ortcompile")(decorated)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Registers ``%ortcompile`` / ``%%ortcompile`` (``%load_ext ortlab`` calls this)."""
-
-    def magic(line: str, cell: str | None = None) -> OrtCompileResult:
-        return ortcompile(ipython, line, cell)
-
-    magic.__doc__ = __doc__
-    ipython.register_magic_function(magic, magic_kind="line_cell", magic_name="ortcompile")
+    ipython.register_magic_function(
+        _magic(ipython), magic_kind="line_cell", magic_name="ortcompile"
+    )

@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
+import numpy as np
 import pytest
 import torch
 
 import ortlab
 from ortlab import magic, views
+from ortlab.bench import _engine
+
+MAGIC_OPTIONS = (
+    "-h",
+    "--help",
+    "--infer",
+    "--train",
+    "--static",
+    "--fullgraph",
+    "--ep",
+    "--no-aot",
+    "--option",
+    "--atol",
+    "--rtol",
+    "--bench",
+    "--diff",
+    "--no-diff",
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +45,9 @@ def shell(tmp_path_factory):
         "import torch\n"
         "from ortlab import zoo\n"
         "mlp, (x,) = zoo.get('mlp').instantiate()\n"
-        "net, (h,) = zoo.get('custom_op').instantiate()\n",
+        "net, (h,) = zoo.get('custom_op').instantiate()\n"
+        "def double_sin(a):\n"
+        "    return torch.sin(a) * 2\n",
         store_history=False,
     )
     yield sh
@@ -33,6 +57,20 @@ def shell(tmp_path_factory):
 def run(shell, source):
     result = shell.run_cell(source, store_history=False)
     return result
+
+
+@pytest.fixture
+def created_backends(monkeypatch):
+    """Every OrtBackend created while the test runs."""
+    created = []
+    init = ortlab.OrtBackend.__init__
+
+    def counting_init(self, *args, **kwargs):
+        created.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ortlab.OrtBackend, "__init__", counting_init)
+    return created
 
 
 def test_line_magic_compiles_the_callee_runs_it_and_eager_and_returns_a_result(shell, capsys):
@@ -53,6 +91,7 @@ def test_line_magic_compiles_the_callee_runs_it_and_eager_and_returns_a_result(s
     assert r.first_call_seconds > 0 and r.diff is None
     assert f"{summary['nodes_in_ort']}/{summary['nodes']} nodes in ONNX Runtime" in r.verdict
     assert "max abs diff" in r.verdict and "first call" in r.verdict
+    assert r.mode == "inference" and r.verdict.startswith("ortlab, inference:")
     assert isinstance(r.inspector, views.Inspector) and r.inspector.backend is backend
     # The Inspector was displayed (as text in a terminal shell) under the verdict.
     out = capsys.readouterr().out
@@ -103,9 +142,59 @@ def test_tolerance_and_bench_options_show_in_the_verdict(shell):
     r = shell.user_ns["r"]
     assert r.atol == 1e-4 and r.rtol == 1e-4
     assert r.within_tolerance is True and "within tolerance" in r.verdict
-    assert set(r.bench) == {"ortlab_ms", "eager_ms", "speedup"}
-    assert r.bench["ortlab_ms"] > 0 and r.bench["eager_ms"] > 0
-    assert "ms/call" in r.verdict
+    b = r.bench
+    assert b["calls"] == 3 and b["warmup"] == magic.BENCH_WARMUP
+    for side in ("ortlab", "eager"):
+        assert 0 < b[f"{side}_p10_ms"] <= b[f"{side}_ms"] <= b[f"{side}_p90_ms"]
+    assert b["speedup"] == pytest.approx(b["eager_ms"] / b["ortlab_ms"])
+    assert (
+        f"median [p10–p90] of 3 calls: ortlab {b['ortlab_ms']:.3f} ms "
+        f"[{b['ortlab_p10_ms']:.3f}–{b['ortlab_p90_ms']:.3f}] vs eager {b['eager_ms']:.3f} ms"
+    ) in r.verdict
+
+
+def test_bench_is_timed_by_the_engine_with_warm_up_and_interleaved_blocks(shell, monkeypatch):
+    # The engine's clock made fake: an ortlab call "takes" 20 ms and an eager one 30 ms,
+    # the 2nd and 3rd after the warm-up ten times that, and a warm-up call 1 s. The
+    # medians are then known, and the blocks do not depend on the machine's load.
+    warmup = magic.BENCH_WARMUP
+    calls, now, measured = [], [0.0], {}
+    base = {"ortlab": 0.020, "eager": 0.030}
+    real_measure = _engine.measure
+
+    def cost(name):
+        k = calls.count(name) - 1
+        return 1.0 if k < warmup else base[name] * (10 if k - warmup in (1, 2) else 1)
+
+    def measure(steps, timing, **_):
+        def timed(name, step):
+            def call():
+                step()
+                calls.append(name)
+                now[0] += cost(name)
+
+            return call
+
+        wrapped = {name: timed(name, step) for name, step in steps.items()}
+        measured.update(real_measure(wrapped, timing, clock=lambda: now[0]))
+        return measured
+
+    monkeypatch.setattr(_engine, "measure", measure)
+    assert run(shell, "r = %ortcompile --no-diff --bench 5 mlp(x)").success
+    b = shell.user_ns["r"].bench
+    # Medians and p10-p90 of the engine's samples: not a mean, and no warm-up call in them.
+    for side in ("ortlab", "eager"):
+        samples = measured[side].samples
+        assert len(samples) == 5 and max(samples) < 1.0
+        assert b[f"{side}_ms"] == pytest.approx(base[side] * 1e3)
+        assert b[f"{side}_p10_ms"] == pytest.approx(np.percentile(samples, 10) * 1e3)
+        assert b[f"{side}_p90_ms"] == pytest.approx(np.percentile(samples, 90) * 1e3)
+    assert np.mean(measured["ortlab"].samples) > 0.021  # an outlier was timed
+    assert b["speedup"] == pytest.approx(1.5)
+    assert calls[: 2 * warmup] == ["ortlab"] * warmup + ["eager"] * warmup
+    # Then blocks of calls, alternating between the two, several rounds of each.
+    blocks = [name for name, _ in itertools.groupby(calls[2 * warmup :])]
+    assert blocks[:4] == ["ortlab", "eager"] * 2
 
 
 def test_cell_magic_runs_the_setup_and_compiles_the_last_expression(shell):
@@ -135,6 +224,22 @@ def test_cell_magic_runs_the_setup_and_compiles_the_last_expression(shell):
         ("%ortcompile x.shape[0](x)", "is not callable"),
         ("%%ortcompile\nz = 1\n", "last line must be the call"),
         ("%%ortcompile mlp(x)\nmlp(x)\n", "takes only options"),
+        ("%ortcompile --infer --train mlp(x)", "--infer and --train exclude each other"),
+        ("%ortcompile --option bogus=1 mlp(x)", "Unknown ortlab option(s) 'bogus'. Valid"),
+        (
+            "%ortcompile --option min_partition_size=0 mlp(x)",
+            "OrtBackendOptions.min_partition_size must be an int >= 1",
+        ),
+        (
+            "%ortcompile --option freeze_parameters=1 mlp(x)",
+            "OrtBackendOptions.freeze_parameters must be True or False; got 1.",
+        ),
+        (
+            "%ortcompile --option dump_path=out/p mlp(x)",
+            "is neither a Python literal (2, True, None, 'text', [...]) nor a name",
+        ),
+        ("%ortcompile --option freeze_parameters mlp(x)", "write KEY=VALUE"),
+        ("%ortcompile --option min_partition_size=torch.nope mlp(x)", "no attribute 'nope'"),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error_not_a_traceback(shell, capsys, source, message):
@@ -192,3 +297,153 @@ def test_diff_is_on_by_default_and_adds_the_numerics_report(shell):
     assert r.diff.max_abs_error <= 1e-5
     assert "numerics passed" in r.verdict
     assert r.inspector.subjects[0].diff is r.diff
+
+
+def test_an_eval_module_runs_inference_one_graph_and_no_backward(shell):
+    # Grad is enabled in the notebook; the zoo's mlp is in eval() mode.
+    assert torch.is_grad_enabled() and not shell.user_ns["mlp"].training
+    assert run(shell, "r = %ortcompile mlp(x)").success
+    r = shell.user_ns["r"]
+    assert r.mode == "inference" and "ortlab, inference:" in r.verdict
+    assert [g.kind for g in r.backend.graphs] == ["inference"]
+    assert all(p.run_count > 0 and p.sessions for p in r.backend.partitions)
+    assert not r.output.requires_grad and r.gradients is None
+    assert r.diff.backward is False and r.diff.gradients == []
+
+
+def test_train_runs_times_and_diffs_forward_and_backward(shell, created_backends):
+    assert run(shell, "r = %ortcompile --train --bench 2 --atol 1e-5 mlp(x)").success
+    r = shell.user_ns["r"]
+    assert r.mode == "training" and "ortlab, training:" in r.verdict
+    assert "first call" in r.verdict and "(forward + backward)" in r.verdict
+    # One compile: forward and backward graphs, each run in ONNX Runtime, and the timed
+    # calls (forward + backward too) reused them.
+    assert len(created_backends) == 1
+    assert [g.kind for g in r.backend.graphs] == ["forward", "backward"]
+    assert all(p.sessions and p.run_count >= 1 for p in r.backend.partitions)
+    backward = r.backend.graphs[1].partitions[0]
+    assert backward.run_count >= 1 + magic.BENCH_WARMUP + r.bench["calls"]
+    # Gradients of every parameter and of the input, compared in the diff and the verdict.
+    params = [n for n, _ in shell.user_ns["mlp"].named_parameters()]
+    expected = [f"grad[{n}]" for n in params] + ["grad[input[0]]"]
+    assert list(r.gradients) == list(r.eager_gradients) == expected
+    assert [t.name for t in r.diff.gradients] == expected and r.diff.backward
+    assert r.diff.passed and r.grad_max_abs_diff < 1e-5
+    assert f"gradients {r.grad_max_abs_diff:.3g}" in r.verdict
+    # Nothing accumulated in the user's module.
+    assert all(p.grad is None for p in shell.user_ns["mlp"].parameters())
+
+
+def test_the_mode_follows_the_module_and_the_grad_mode_unless_chosen(shell):
+    setup = "import copy\nmlp_t = copy.deepcopy(mlp).train()\n"
+    assert run(shell, setup).success
+    modes = {}
+    for source in (
+        "%ortcompile --no-diff mlp_t(x)",  # train() module, grad enabled
+        "%ortcompile --no-diff --infer mlp_t(x)",
+        "%ortcompile --no-diff --train mlp(x)",  # eval() module, chosen
+        "%ortcompile --no-diff double_sin(x)",  # a function, grad enabled
+        "with torch.no_grad():\n    r = %ortcompile --no-diff double_sin(x)",
+        "with torch.no_grad():\n    r = %ortcompile --no-diff mlp_t(x)",
+    ):
+        assignment = source if source.startswith("with") else f"r = {source}"
+        assert run(shell, assignment).success, source
+        r = shell.user_ns["r"]
+        kinds = [g.kind for g in r.backend.graphs]
+        modes[source] = (r.mode, kinds)
+    assert list(modes.values()) == [
+        ("training", ["forward", "backward"]),
+        ("inference", ["inference"]),
+        ("training", ["forward", "backward"]),
+        ("training", ["forward", "backward"]),
+        ("inference", ["inference"]),
+        ("inference", ["inference"]),
+    ]
+
+
+def test_one_compile_per_magic_call_and_the_diff_reuses_its_records(shell, created_backends):
+    assert run(shell, "r = %ortcompile net(h)").success
+    r = shell.user_ns["r"]
+    assert created_backends == [r.backend]
+    assert r.diff.backend is r.backend
+    (graph,) = r.backend.graphs
+    # The report's partition runs are the magic's own call: each partition ran once.
+    assert [p.run_count for p in graph.partitions] == [1] * len(graph.partitions)
+    assert [(d.name, d.state, d.run) for d in r.diff.partitions] == [
+        (p.name, "ort", 0) for p in graph.partitions
+    ]
+
+
+def test_option_sets_any_backend_option_from_literals_and_notebook_names(shell):
+    setup = (
+        "import types\n"
+        "seen = []\n"
+        "hooks = types.SimpleNamespace(transforms=[seen.append])\n"
+        "gelu_ops = ['aten.gelu']\n"
+    )
+    assert run(shell, setup).success
+    line = (
+        "r = %ortcompile --no-diff --option min_partition_size=2 "
+        "--option freeze_parameters=True --option 'dump_path=None' "
+        "--option excluded_ops=gelu_ops --option=pre_ort_model_transforms=hooks.transforms "
+        "--option \"default_execution_providers=['CPUExecutionProvider', "
+        "('CPUExecutionProvider', {})]\" mlp(x)"
+    )
+    assert run(shell, line).success
+    r = shell.user_ns["r"]
+    options = r.backend.options
+    assert options.min_partition_size == 2 and options.freeze_parameters is True
+    assert options.excluded_ops == ("aten.gelu",) and options.dump_path is None
+    assert options.pre_ort_model_transforms == (shell.user_ns["seen"].append,)
+    assert options.default_execution_providers == (
+        ("CPUExecutionProvider", {}),
+        ("CPUExecutionProvider", {}),
+    )
+    assert len(shell.user_ns["seen"]) == len(r.backend.sessions) >= 1
+    # --option comes after the shorthands: it wins.
+    line = "r = %ortcompile --no-diff --no-aot --option use_aot_autograd=True mlp(x)"
+    assert run(shell, line).success
+    assert shell.user_ns["r"].backend.options.use_aot_autograd is True
+
+
+@pytest.mark.parametrize(
+    "source", ["%ortcompile -h", "%ortcompile --help mlp(x)", "%%ortcompile -h\nmlp(x)\n"]
+)
+def test_help_prints_every_option_and_runs_nothing(shell, capsys, created_backends, source):
+    assert run(shell, "r = None").success
+    result = run(shell, source)
+    assert result.success and result.result is None
+    out = capsys.readouterr().out
+    assert out.lstrip().startswith("%ortcompile [-h]")
+    fields = [f.name for f in dataclasses.fields(ortlab.OrtBackendOptions)]
+    assert [o for o in (*MAGIC_OPTIONS, *fields) if o not in out] == []
+    assert "Mode: a module in eval() mode" in out
+    assert created_backends == []
+
+
+def test_question_mark_shows_the_generated_help(shell, capsys):
+    doc = shell.find_line_magic("ortcompile").__doc__
+    assert doc == shell.find_cell_magic("ortcompile").__doc__
+    fields = [f.name for f in dataclasses.fields(ortlab.OrtBackendOptions)]
+    assert [o for o in (*MAGIC_OPTIONS, *fields) if o not in doc] == []
+    assert run(shell, "%ortcompile?").success
+    out = capsys.readouterr().out
+    assert "Docstring:" in out and "--option <KEY=VALUE>" in out and "--train" in out
+
+
+def test_parse_arguments_splits_options_from_the_call_as_written():
+    # Quotes and brackets keep their spaces; a word wholly in quotes loses its quotes.
+    options, call = magic.parse_arguments(
+        "--bench 5 --option dump_path='out/p' --option "
+        '\'excluded_ops=["aten.gelu", "aten.relu"]\' --ep=CUDA '
+        "--option default_execution_providers=[('CPU', {'a': 1})]  model(x,  y='a  b')"
+    )
+    assert options.bench == 5 and options.ep == ["CUDA"]
+    assert options.option == [
+        "dump_path='out/p'",
+        'excluded_ops=["aten.gelu", "aten.relu"]',
+        "default_execution_providers=[('CPU', {'a': 1})]",
+    ]
+    assert call == "model(x,  y='a  b')"
+    with pytest.raises(ortlab.OrtlabError, match="unrecognized arguments: --nope"):
+        magic.parse_arguments("--nope model(x)")
