@@ -4,7 +4,8 @@ Chromium is Debian's (``make browser`` installs it with apt-get); Playwright dri
 through ``executable_path`` and never downloads a browser. Every request that would leave
 the machine is blocked and fails the test: the report and JupyterLab's front end (from the
 ``jupyterlab`` and ``jupyterlab_widgets`` wheels) must work offline. Screenshots land in
-``artifacts/browser/`` (git-ignored).
+``artifacts/browser/`` (git-ignored); with ``ORTLAB_SCREENSHOTS_TO_DOCS=1`` the README's
+images of the lab are written to ``docs/`` as well.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import signal
@@ -30,6 +32,7 @@ from ortlab import zoo
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "browser"
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -78,6 +81,15 @@ def offline_page(browser, allowed: tuple[str, ...]):
     page.route("**/*", route)
     page.on("pageerror", lambda e: errors.append(str(e)))
     return page, blocked, errors
+
+
+def for_docs(name: str) -> list[pathlib.Path]:
+    """Where a screenshot shown in the README goes: ``artifacts/browser/``, and ``docs/``
+    when ``ORTLAB_SCREENSHOTS_TO_DOCS=1``."""
+    paths = [ARTIFACTS / name]
+    if os.environ.get("ORTLAB_SCREENSHOTS_TO_DOCS") == "1":
+        paths.append(DOCS / name)
+    return paths
 
 
 # -- (a) the standalone report ----------------------------------------------------------
@@ -133,8 +145,36 @@ NOTEBOOK_CELLS = [
     "from ortlab import zoo\n"
     "net, (h,) = zoo.get('custom_op').instantiate()",
     "r = %ortcompile --no-diff net(h)",
-    "r.output.sum().backward()  # the Inspector above picks up the backward session",
+    "r.compiled(h).sum().backward()  # grad on: new graphs; the Inspector above follows",
     "ortlab.inspect(r.compiled)",
+]
+
+
+# A model with a graph break (print), a recompile (a new dtype) and an op that stays in
+# PyTorch (rand_like): the Summary's timeline and the verdicts' source lines.
+HISTORY_CELLS = [
+    "import torch, ortlab\n"
+    "from torch import nn\n"
+    "\n"
+    "class Noisy(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc = nn.Linear(8, 8)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        y = self.fc(x).relu()\n"
+    '        print("a graph break")\n'
+    "        noisy = y + torch.rand_like(y)  # random: stays in PyTorch\n"
+    "        return noisy * 2",
+    "net = Noisy()\n"
+    "compiled = ortlab.compile(net)\n"
+    "with torch.no_grad():\n"
+    "    compiled(torch.randn(4, 8))\n"
+    "    compiled(torch.randn(16, 8))\n"
+    "    compiled(torch.randn(32, 8))\n"
+    "    net.double()  # a new dtype: Dynamo recompiles\n"
+    "    compiled(torch.randn(4, 8, dtype=torch.float64))\n"
+    "ortlab.inspect(compiled)",
 ]
 
 
@@ -178,14 +218,15 @@ def jupyterlab(tmp_path_factory):
     (settings / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "ortlab-test",
-        "display_name": "ortlab test",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in NOTEBOOK_CELLS]
-    nbformat.write(nb, str(root / "inspector.ipynb"))
+    for name, sources in (("inspector", NOTEBOOK_CELLS), ("history", HISTORY_CELLS)):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {
+            "name": "ortlab-test",
+            "display_name": "ortlab test",
+            "language": "python",
+        }
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
+        nbformat.write(nb, str(root / f"{name}.ipynb"))
 
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(
@@ -258,24 +299,32 @@ def _kill_kernels_of(runtime_dir: pathlib.Path) -> None:
                 pass
 
 
-@pytest.mark.notebook
-def test_inspector_renders_in_jupyterlab_and_shows_partitions(browser, jupyterlab):
+def run_notebook(browser, jupyterlab, name: str, cell_count: int):
+    """Opens notebook ``name`` in JupyterLab, waits for an idle kernel and starts running
+    every cell; returns the page and its blocked requests and page errors."""
     url, token = jupyterlab
     host = url.replace("http://", "")
     page, blocked, errors = offline_page(browser, (url, f"ws://{host}", "data:", "blob:"))
     page.set_viewport_size({"width": 1400, "height": 2400})  # the whole Inspector in view
-    page.goto(f"{url}/lab/tree/inspector.ipynb?token={token}")
+    # A workspace of its own: JupyterLab would otherwise reopen the notebooks of earlier
+    # tests beside this one.
+    page.goto(f"{url}/lab/workspaces/{name}/tree/{name}.ipynb?token={token}")
     # Wait for the notebook's cells and an idle kernel before running anything.
-    cells = page.locator(".jp-Notebook .jp-CodeCell")
     page.wait_for_function(
         "(n) => document.querySelectorAll('.jp-Notebook .jp-CodeCell').length == n",
-        arg=len(NOTEBOOK_CELLS),
+        arg=cell_count,
         timeout=90_000,
     )
     page.get_by_text("ortlab test | Idle").wait_for(timeout=90_000)
-    assert cells.count() == len(NOTEBOOK_CELLS)
+    assert page.locator(".jp-Notebook .jp-CodeCell").count() == cell_count
     # Fire and forget: the command's promise settles only when every cell has run.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    return page, blocked, errors
+
+
+@pytest.mark.notebook
+def test_inspector_renders_in_jupyterlab_and_shows_partitions(browser, jupyterlab):
+    page, blocked, errors = run_notebook(browser, jupyterlab, "inspector", len(NOTEBOOK_CELLS))
 
     inspectors = page.locator(".ortlab-inspector")
     inspectors.nth(1).wait_for(state="attached", timeout=150_000)  # both cells rendered
@@ -315,8 +364,9 @@ def test_inspector_renders_in_jupyterlab_and_shows_partitions(browser, jupyterla
     assert "became 1 ONNX node: Gemm" in inspector.locator(".ortlab-provenance").inner_text()
     inspector.screenshot(path=str(ARTIFACTS / "inspector_partitions.png"))
 
-    # The backward pass (third cell) ran after the widget was shown: its session, created
-    # by that run, is offered in the ONNX tab, so the widget updated itself.
+    # The backward pass (third cell, grad on: new forward and backward graphs) ran after
+    # the widget was shown: its session, created by that run, is offered in the ONNX tab,
+    # so the widget updated itself.
     inspector.locator(".lm-TabBar-tab", has_text="ONNX").click()
     onnx_choice = inspector.locator(".ortlab-choose-onnx-session select")
     options = onnx_choice.locator("option").all_inner_texts()
@@ -333,3 +383,77 @@ def test_inspector_renders_in_jupyterlab_and_shows_partitions(browser, jupyterla
     page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
     assert not blocked, blocked
     assert not errors, errors
+
+
+@pytest.mark.notebook
+def test_inspector_summary_shows_the_timeline_and_verdicts_their_source_line(
+    browser, jupyterlab
+):
+    page, blocked, errors = run_notebook(browser, jupyterlab, "history", len(HISTORY_CELLS))
+    inspector = page.locator(".ortlab-inspector").first
+    inspector.wait_for(state="attached", timeout=150_000)
+
+    # Summary (the first tab): the first call in one line, then the timeline of graph
+    # runs: the graph break, the runs that reused graphs, the recompile and its guard.
+    summary = inspector.locator(".ortlab-summary")
+    timeline = summary.locator("table.ortlab-timeline")
+    timeline.wait_for(state="visible", timeout=30_000)
+    first_call = summary.locator(".ortlab-first-call").inner_text()
+    assert re.match(r"First call [0-9.]+ m?s \(graphs 0, 1\): ", first_call), first_call
+    rows = [r.locator("td").all_inner_texts() for r in timeline.locator("tbody tr").all()]
+    assert [r[0] for r in rows] == ["run 1", "run 2", "runs 3–6", "run 7", "run 8"], rows
+    assert "ends at a graph break at" in rows[0][1] and 'print("a graph break")' in rows[0][1]
+    assert rows[2][1] == "graphs 0, 1 reused, nothing compiled"
+    assert "recompile:" in rows[3][1] and "dtype mismatch" in rows[3][1]
+    graphs = summary.locator("h4", has_text=re.compile(r"^Graphs$"))
+    graphs = graphs.locator("xpath=following-sibling::*[1]")
+    assert "recompile:" in graphs.inner_text()
+    top = inspector.bounding_box()
+    bottom = graphs.bounding_box()
+    for path in for_docs("summary_timeline.png"):
+        page.screenshot(
+            path=str(path),
+            clip={
+                "x": top["x"],
+                "y": top["y"],
+                "width": top["width"],
+                "height": bottom["y"] + bottom["height"] - top["y"] + 8,
+            },
+        )
+
+    # Partitions tab, graph 1 (after the graph break): its cause, the eager rand_like in
+    # red with its verdict and source line as tooltip, and the eager-node table below.
+    inspector.locator(".lm-TabBar-tab", has_text="Partitions").click()
+    choose = inspector.locator(".ortlab-choose-graph select")
+    choose.wait_for(state="visible", timeout=30_000)
+    choose.select_option(index=_option_index(choose, "1: "))
+    view = inspector.locator(".ortlab-partition-graph")
+    page.wait_for_function(
+        """() => {
+          const view = document.querySelector('.ortlab-inspector .ortlab-partition-graph');
+          return view && view.textContent.includes('Graph 1 (inference)')
+            && view.querySelector('g.node.ortlab-eager');
+        }""",
+        timeout=30_000,
+    )
+    eager_node = view.locator("g.node.ortlab-eager").first
+    title = eager_node.locator("a").first.get_attribute("xlink:title") or ""
+    assert "rand_like" in title and "random op" in title, title
+    assert re.search(r"from \S+\.py:12 in \S+: noisy = y \+ torch.rand_like\(y\)", title)
+    table = view.locator("table").last
+    row = table.locator("tbody tr").first.locator("td").all_inner_texts()
+    assert row[0] == "rand_like" and "random op" in row[2], row
+    assert re.match(r"\S+\.py:12 in \S+: noisy = y \+ torch.rand_like\(y\)", row[3]), row
+    for path in for_docs("verdict_source.png"):
+        view.screenshot(path=str(path))
+    assert not blocked, blocked
+    assert not errors, errors
+
+
+def _option_index(select, label_start: str) -> int:
+    """The index of the option of ``select`` whose label starts with ``label_start``."""
+    # (ipywidgets writes option labels with non-breaking spaces)
+    labels = [o.replace("\xa0", " ") for o in select.locator("option").all_inner_texts()]
+    found = [i for i, label in enumerate(labels) if label.startswith(label_start)]
+    assert found, (label_start, labels)
+    return found[0]

@@ -15,7 +15,7 @@ from torch import nn
 
 import ortlab
 from ortlab import views
-from ortlab.views import _dot, _fragments, _tables, _timeline
+from ortlab.views import _dot, _fragments, _timeline
 
 needs_dot = pytest.mark.skipif(
     not _dot.dot_available(), reason="Graphviz's dot is not installed (make graphviz)"
@@ -70,7 +70,7 @@ def noisy():
 
 
 def test_eager_nodes_are_grouped_by_the_source_line_that_puts_them_in_pytorch(noisy):
-    frame = _tables.eager_sources_frame(noisy)
+    frame = views.eager_sources_frame(noisy)
     assert list(frame.columns) == ["source", "nodes", "ops", "reasons", "graphs"]
     (row,) = frame.itertuples()  # both rand_like nodes (float32, float64) share one line
     assert f"{THIS_FILE}:{_line_of('# NOISE_LINE')} " in row.source
@@ -118,7 +118,7 @@ def test_fx_view_tooltip_names_the_source_line_of_each_node(noisy):
 
 
 def test_timeline_shows_the_graph_break_and_the_recompile_and_collapses_reuse(noisy):
-    rows = _timeline.timeline_rows(noisy)
+    rows = views.timeline_rows(noisy)
     assert [r.runs for r in rows] == ["run 1", "run 2", "runs 3–6", "run 7", "run 8"]
     first, second, reused, recompile, _ = rows
     assert first.lines[0].startswith("graph 0 compiled: first compile of forward")
@@ -160,7 +160,7 @@ def test_graphs_show_their_cause_in_the_summary_and_the_partitions_tab(noisy):
 
 
 def test_first_call_line_names_the_largest_step_and_adds_up(noisy):
-    first = _timeline.first_call(noisy)
+    first = views.first_call(noisy)
     assert first.graphs == (0, 1) and first.runs == (1, 2)  # not the float64 recompile
     g0, g1 = noisy.graphs[:2]
     sessions = [s for g in (g0, g1) for p in g.partitions for s in p.sessions]
@@ -185,9 +185,9 @@ def test_first_call_line_names_the_largest_step_and_adds_up(noisy):
 
 def test_first_call_ends_at_a_recompile_of_a_frame_it_already_compiled():
     backend = _run([(4, torch.float32), (4, torch.float64)])  # no reuse in between
-    rows = _timeline.timeline_rows(backend)
+    rows = views.timeline_rows(backend)
     assert [r.runs for r in rows] == ["run 1", "run 2", "run 3", "run 4"]
-    assert _timeline.first_call(backend).graphs == (0, 1)
+    assert views.first_call(backend).graphs == (0, 1)
 
 
 def test_first_call_of_a_training_step_stops_before_the_backward_runs():
@@ -197,7 +197,7 @@ def test_first_call_of_a_training_step_stops_before_the_backward_runs():
     backend = compiled.ortlab_backend
     kinds = [g.kind for g in backend.graphs]
     assert kinds == ["forward", "backward", "forward", "backward"]
-    first = _timeline.first_call(backend)
+    first = views.first_call(backend)
     # The backward graphs are compiled with their forward graphs, during the call; their
     # sessions are created by backward(), after it.
     assert first.graphs == (0, 1, 2, 3) and first.runs == (1, 2)
@@ -220,3 +220,14 @@ def test_timings_tab_shows_dynamo_registry_and_guards_per_graph(noisy):
     assert first_row[0] == f"{g0.timings['dynamo'] * 1e3:.2f}"
     assert first_row[-1] == f"{g0.timings['guards'] * 1e3:.2f}"
     assert g0.timings["dynamo"] > 0 and g0.timings["guards"] > 0
+
+
+def test_session_details_say_how_to_save_it_as_a_test_case_or_why_not(noisy):
+    info = html.unescape(_fragments.onnx_model_info(noisy.sessions[0]))
+    assert "SessionRecord.save(dir)" in info and "onnx_test_runner" in info
+    compiled = ortlab.compile(Noisy())
+    compiled(torch.randn(4, 8))  # grad enabled: a training graph keeps no last run
+    training = compiled.ortlab_backend.sessions[0]
+    assert training.last_inputs is None
+    info = html.unescape(_fragments.onnx_model_info(training))
+    assert "save(dir)" not in info and "not available" in info

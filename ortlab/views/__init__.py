@@ -23,6 +23,7 @@ from ortlab.views._inspector import Inspector, PartitionViewer, inspect
 from ortlab.views._plots import plot_timings
 from ortlab.views._report import report, report_html
 from ortlab.views._tables import (
+    eager_sources_frame,
     graphs_frame,
     partitions_frame,
     reasons_frame,
@@ -30,6 +31,7 @@ from ortlab.views._tables import (
     timings_frame,
     verdicts_frame,
 )
+from ortlab.views._timeline import FirstCall, TimelineRow, first_call, timeline_rows
 
 __all__ = [
     # Entry points
@@ -60,5 +62,11 @@ __all__ = [
     "reasons_frame",
     "sessions_frame",
     "timings_frame",
+    "eager_sources_frame",
     "plot_timings",
+    # What happened when
+    "timeline_rows",
+    "TimelineRow",
+    "first_call",
+    "FirstCall",
 ]

@@ -93,8 +93,10 @@ table.ortlab-table th, table.ortlab th {{ background: #f4f4f4; }}
 .ortlab-first-call {{ border-left: 4px solid #4c72b0; background: #f0f4fa;
   padding: 4px 8px; margin: 6px 0; }}
 .ortlab-cause {{ color: #444; margin: 2px 0 6px 0; }}
-table.ortlab-timeline td:first-child {{ white-space: nowrap; font-weight: 600; }}
+table.ortlab-timeline td:first-child, table.ortlab-timeline th:first-child {{
+  white-space: nowrap; font-weight: 600; }}
 table.ortlab-timeline tr.ortlab-reused td {{ color: #777; }}
+.ortlab-root .widget-html-content {{ line-height: 1.4; }}
 """
 """The stylesheet of every view (class names ``ortlab-*``)."""
 
