@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from test_views_helpers import parse_svg, svg_element, tooltip
+from test_views_helpers import parse_svg, svg_element, synthetic_graph_record, tooltip
 from torch import nn
 
 import ortlab
@@ -231,3 +231,18 @@ def test_session_details_say_how_to_save_it_as_a_test_case_or_why_not(noisy):
     assert training.last_inputs is None
     info = html.unescape(_fragments.onnx_model_info(training))
     assert "save(dir)" not in info and "not available" in info
+
+
+def test_graphs_without_a_timeline_count_every_graph_and_show_no_timeline():
+    backend = ortlab.OrtBackend()
+    backend.graphs.append(synthetic_graph_record(n_ops=60, every=20))  # no timeline
+    assert views.timeline_rows(backend) == []
+    first = views.first_call(backend)
+    assert first.graphs == (0,) and first.runs is None
+    assert first.text == "First call (graph 0): no compile time recorded."
+    backend.graphs[0].timings.update(dynamo=0.5, lower=0.25)
+    assert views.first_call(backend).text == (
+        "First call 0.75 s (graph 0): Dynamo trace 0.50 s (67%), lower to ATen 0.25 s (33%)"
+    )
+    assert "Timeline" not in views.Inspector(backend).text()
+    assert "ortlab-timeline" not in _fragments.summary_html(backend)

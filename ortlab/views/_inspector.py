@@ -696,8 +696,10 @@ def _subject_text(subject: _subjects.Subject) -> str:
     width = max(len(k) for k, _ in rows)
     out.extend(f"  {k.ljust(width)}  {v}" for k, v in rows)
     out.append("\n" + _timeline.first_call_text(backend))
-    out.append("\nTimeline (graph runs):")
-    out.extend(f"  {line}" for line in _timeline.timeline_text(backend))
+    timeline = _timeline.timeline_text(backend)
+    if timeline:
+        out.append("\nTimeline (graph runs):")
+        out.extend(f"  {line}" for line in timeline)
     out.append("\nGraphs:")
     out.append(
         _html.text_table(

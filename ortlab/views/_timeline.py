@@ -184,6 +184,8 @@ class FirstCall:
         """One line: ``"First call 2.1 s (graphs 0, 1): Dynamo trace 1.1 s (52%), …"``."""
         if not self.graphs:
             return "First call: nothing compiled yet."
+        if self.seconds <= 0:
+            return f"First call ({_numbers(self.graphs)}): no compile time recorded."
         named, rest = self.shown()
         total = self.seconds
 
