@@ -1,7 +1,10 @@
 # ortlab — all set-up happens here, from a fresh clone:
 #   make test    create .venv, install (pinned torch via constraints.txt), run the suite
 #   make demo    create .venv, install, compile the model zoo, write the report
-#   make bench   create .venv, install, benchmark the zoo, write benchmarks/results.*
+#   make corpus  create .venv, install, the corpus coverage, write reports/corpus_coverage.*
+#   make bench   create .venv, install, benchmark the zoo and the default corpus set, write
+#                benchmarks/results.* and benchmarks/corpus.*
+#   make bench-corpus  the whole corpus benchmark (long: inductor compiles every model)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,7 +13,7 @@ EXTRAS := cpu,zoo,notebook,test,dev
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo 2>/dev/null)
 
-.PHONY: install test lint demo bench graphviz browser clean
+.PHONY: install test lint demo corpus bench bench-corpus graphviz browser clean
 
 install: $(STAMP)
 
@@ -56,8 +59,15 @@ test: install graphviz browser lint
 demo: install graphviz
 	$(BIN)/ortlab demo --report reports/zoo_report.html --notebook notebooks/00_quickstart.ipynb
 
+corpus: install
+	$(BIN)/ortlab demo --corpus --out reports
+
 bench: install
 	$(BIN)/ortlab bench --out benchmarks
+	$(BIN)/ortlab bench --corpus --out benchmarks
+
+bench-corpus: install
+	$(BIN)/ortlab bench --corpus all --out benchmarks
 
 clean:
 	rm -rf $(VENV) reports artifacts .pytest_cache .ruff_cache

@@ -6,14 +6,21 @@ result with eager PyTorch at the model's tolerances (the one comparator,
 :mod:`ortlab.numerics._compare`), then time steady-state calls of eager and ortlab on the
 default batch, in the same process, interleaved (the bench engine,
 :mod:`ortlab.bench._engine`).
+
+``ortlab demo --corpus`` (and ``make corpus``) call :func:`corpus_coverage`: the coverage
+of the public-architecture corpus (:mod:`ortlab.bench._coverage`), printed and written as
+markdown and JSON.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +28,7 @@ import torch
 import ortlab.backend
 from ortlab import _html, errors, zoo
 from ortlab.backend import _torch_private
-from ortlab.bench import _engine
+from ortlab.bench import _coverage, _coverage_report, _engine, _machine
 from ortlab.numerics import _compare
 
 
@@ -131,3 +138,56 @@ def run_demo(names: Sequence[str] | None = None, *, iters: int = 20) -> list[Dem
 def format_table(rows: Sequence[DemoRow]) -> str:
     """The demo's table as aligned text."""
     return _html.text_table(HEADERS, [_cells(r) for r in rows])
+
+
+def _progress_line(row: _coverage.CoverageRow) -> None:
+    wall = sum(row.wall_s.values())
+    print(f"  {row.model}: {row.status} ({wall:.0f} s)", file=sys.stderr, flush=True)
+
+
+def corpus_coverage(
+    selection: str | Sequence[str] | None = None,
+    *,
+    out_dir: str | os.PathLike[str] = "reports",
+    inductor: str | Sequence[str] | None = "ci",
+    train_steps: int = 1,
+    timing: bool = True,
+    floor: bool = True,
+    echo: bool = True,
+) -> tuple[list[_coverage.CoverageRow], str, tuple[Path, Path]]:
+    """Runs the corpus coverage and writes ``corpus_coverage.md`` / ``.json``.
+
+    Args:
+        selection: Corpus models (:func:`ortlab.bench._coverage.select`); ``None``: all.
+        out_dir: Folder of the two files (created if missing).
+        inductor: Models whose inductor gradients are also checked (a selection, or
+            ``None`` / ``"none"`` for none); only those of ``selection`` run.
+        train_steps: Training steps of the gradient check.
+        timing: Time ortlab, eager (and the floor) for the latency ratios.
+        floor: Build and time the bare-ORT floor.
+        echo: Print a line per model to stderr as it finishes.
+
+    Returns:
+        The rows, the markdown, and the paths of the markdown and JSON files.
+    """
+    names = _coverage.select(selection)
+    with_inductor: tuple[str, ...] = ()
+    if inductor is not None and inductor != "none":
+        with_inductor = _coverage.select(inductor)
+    machine = _machine.machine_facts()
+    machine["exporter_warm_up_s"] = round(ortlab.backend.warm_up(), 2)
+    start = time.perf_counter()
+    rows = _coverage.run_coverage(
+        names,
+        inductor=with_inductor,
+        train_steps=train_steps,
+        timing=_coverage.TIMING if timing else None,
+        floor=floor,
+        progress=_progress_line if echo else None,
+    )
+    machine["coverage_wall_minutes"] = round((time.perf_counter() - start) / 60, 1)
+    machine["transformers"] = _machine.version_of("transformers")
+    if hasattr(os, "getloadavg"):
+        machine["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    md, js, markdown = _coverage_report.write_coverage(rows, out_dir, machine=machine)
+    return rows, markdown, (md, js)

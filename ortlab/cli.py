@@ -1,4 +1,5 @@
-"""Command line: ``ortlab demo``, ``ortlab bench``, ``ortlab report``."""
+"""Command line: ``ortlab demo`` (``--corpus``: the corpus coverage), ``ortlab bench``
+(``--corpus``: the corpus benchmark), ``ortlab report``."""
 
 from __future__ import annotations
 
@@ -8,12 +9,44 @@ import sys
 from collections.abc import Sequence
 
 
+def _corpus_demo(args: argparse.Namespace) -> int:
+    import torch
+
+    from ortlab import _demo
+
+    torch.set_num_threads(args.threads)
+    print(
+        f"ortlab corpus coverage — torch {torch.__version__}, {torch.get_num_threads()} "
+        "threads",
+        file=sys.stderr,
+        flush=True,
+    )
+    rows, markdown, paths = _demo.corpus_coverage(
+        args.models or None,
+        out_dir=args.out,
+        inductor=args.inductor,
+        train_steps=args.steps,
+        timing=not args.no_timing,
+        floor=not args.no_floor,
+    )
+    print(markdown)
+    print(f"coverage: {paths[0]} and {paths[1]}")
+    failed = [r for r in rows if r.failed]
+    if failed:
+        listed = ", ".join(f"{r.model} ({r.status})" for r in failed)
+        print(f"FAILED: {listed}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
     import ortlab.backend
     from ortlab import _demo
 
+    if args.corpus:
+        return _corpus_demo(args)
     torch.set_num_threads(args.threads)
     registry_s = ortlab.backend.warm_up()
     rows = _demo.run_demo(args.models or None, iters=args.iters)
@@ -45,13 +78,27 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEFAULT = "default"
+"""``--corpus`` given without a selection."""
+
+
 def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ortlab.bench import _zoo
+    from ortlab.bench import _corpus, _zoo
 
+    if args.corpus is not None:
+        markdown = _corpus.run_corpus(
+            args.out,
+            selection=None if args.corpus == _DEFAULT else args.corpus,
+            fast=args.fast,
+            backends=_names(args.backends),
+            threads=args.threads,
+        )
+        print(markdown)
+        return 0
     markdown = _zoo.run_zoo(
         args.out,
         fast=args.fast,
@@ -78,7 +125,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="compile the model zoo, check it, print a table")
-    demo.add_argument("models", nargs="*", help="zoo model names (default: all)")
+    demo.add_argument(
+        "models",
+        nargs="*",
+        help="zoo model names (default: all); with --corpus, corpus models, families, "
+        "'ci' or 'all'",
+    )
+    demo.add_argument(
+        "--corpus",
+        action="store_true",
+        help="the coverage of the public-architecture corpus instead of the zoo: "
+        "compile, outputs and decode step vs eager, gradients, first call, latency",
+    )
+    demo.add_argument("--out", default="reports", help="--corpus: folder of the md/json")
+    demo.add_argument(
+        "--inductor",
+        default="ci",
+        help="--corpus: models whose inductor gradients are checked too ('ci', 'all', "
+        "names, or 'none'; inductor compiles for 25-60 s per model)",
+    )
+    demo.add_argument(
+        "--steps", type=int, default=1, help="--corpus: training steps of the gradient check"
+    )
+    demo.add_argument(
+        "--no-timing", action="store_true", help="--corpus: no latency measurement"
+    )
+    demo.add_argument("--no-floor", action="store_true", help="--corpus: no bare-ORT floor")
     demo.add_argument("--iters", type=int, default=20, help="timed calls per model")
     demo.add_argument("--threads", type=int, default=2, help="torch/ORT intra-op threads")
     demo.add_argument("--report", help="also write the HTML report of the zoo here")
@@ -103,6 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     bench.add_argument("--threads", type=int, default=2, help="torch/ORT intra-op threads")
     bench.add_argument("--training", action="store_true", help="time forward + backward")
+    bench.add_argument(
+        "--corpus",
+        nargs="?",
+        const=_DEFAULT,
+        metavar="SELECTION",
+        help="benchmark the public-architecture corpus instead of the zoo (writes "
+        "corpus.md/json/png): without SELECTION the default set; or 'all', 'ci', a "
+        "family, or comma-separated names",
+    )
     bench.set_defaults(func=_bench)
 
     report = sub.add_parser("report", help="write the zoo's HTML report")
@@ -111,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.set_defaults(func=_report)
 
     args = parser.parse_args(argv)
+    if args.command == "bench" and args.corpus is not None and (args.models or args.training):
+        parser.error("bench --corpus takes no --models or --training (they are the zoo's)")
+    if args.command == "demo" and args.corpus and (args.report or args.notebook):
+        parser.error("demo --corpus writes its own files (--out); --report is the zoo's")
     return int(args.func(args))
 
 

@@ -76,6 +76,22 @@ def test_bench_ort_export_failure_is_an_error_row_while_ortlab_falls_back():
     assert ortlab_row["max_abs_diff"] <= entry.atol
 
 
+def test_first_calls_are_explained_by_the_floor_and_ortlab_steps():
+    model, x = _linear_gelu(), torch.randn(4, 8)
+    result = ortlab.bench(model, x, backends=("eager", "ortlab", "ort"), **FAST)
+
+    ort = result.first_call_steps["ort"]
+    assert set(ort) == {"export", "session", "first_run"}
+    assert ort["export"] > 0 and ort["session"] > 0
+    # The floor's steps are its first call, split: export + session + the first run.
+    assert sum(ort.values()) == pytest.approx(result.row("ort")["first_call_s"])
+    steps = result.first_call_steps["ortlab"]
+    assert {"dynamo", "lower", "translate", "session", "first_run"} <= set(steps)
+    assert sum(steps.values()) <= result.row("ortlab")["first_call_s"]
+    assert "eager" not in result.first_call_steps
+    assert result.to_dict()["first_call_steps"] == result.first_call_steps
+
+
 def test_floor_refuses_inputs_unlike_those_it_was_made_for():
     x = torch.randn(4, 8)
     floor = _floor.OrtFloor(_linear_gelu(), (x,))

@@ -3,19 +3,25 @@
 :func:`bench` times one model (or function) on the same inputs under several backends and
 returns a :class:`BenchResult` (a pandas DataFrame plus machine facts, a plot, text, HTML,
 markdown and JSON). :func:`run_zoo` does it for the model zoo and writes
-``results.md`` / ``results.json`` / ``results.png`` (``ortlab bench``, ``make bench``).
+``results.md`` / ``results.json`` / ``results.png`` (``ortlab bench``, ``make bench``);
+:func:`run_corpus` for the public-architecture corpus (``corpus.*``, ``ortlab bench
+--corpus``, also in ``make bench``).
 
 Modules: ``_engine`` (the one timer, also used by the numerics sweep, the demo and
 ``%ortcompile --bench``), ``_backends`` (each backend as a call to time), ``_floor`` (the
 bare-ORT floor), ``_bench`` (:func:`bench`), ``_result`` / ``_format`` / ``_plots`` (the
 result and how it is written), ``_machine`` (machine facts), ``_zoo`` (the zoo runner,
-its targets and report).
+its targets and report), ``_corpus`` (the corpus runner, its targets and report),
+``_coverage`` / ``_coverage_report`` (the corpus coverage of ``ortlab demo --corpus``:
+compile, outputs, decode step, gradients, first call, latency) and ``_grads`` (a training
+step's gradients against eager and float64, and the rule that judges them).
 """
 
 from __future__ import annotations
 
 from ortlab.bench._backends import DEFAULT_BACKENDS
 from ortlab.bench._bench import bench
+from ortlab.bench._corpus import CORPUS_BENCH_MODELS, ONE_PARTITION_TARGETS, run_corpus
 from ortlab.bench._engine import Measurement, Timing, measure
 from ortlab.bench._machine import machine_facts
 from ortlab.bench._plots import plot_zoo
@@ -36,6 +42,7 @@ __all__ = [
     # Entry points
     "bench",
     "run_zoo",
+    "run_corpus",
     # Results
     "BenchResult",
     "COLUMNS",
@@ -55,4 +62,7 @@ __all__ = [
     "targets_table",
     "zoo_markdown",
     "plot_zoo",
+    # The corpus benchmark
+    "CORPUS_BENCH_MODELS",
+    "ONE_PARTITION_TARGETS",
 ]

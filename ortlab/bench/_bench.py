@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ortlab import _deps, _harness, errors
-from ortlab.bench import _backends, _engine, _machine, _result
+from ortlab.bench import _backends, _engine, _floor, _machine, _result
 from ortlab.numerics import _compare
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class _Run:
     ortlab_backend: OrtBackend | None = None
     error: str | None = None
     measurement: _engine.Measurement | None = None
+    first_call_steps: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds per step of the first call (:func:`first_call_steps`)."""
 
 
 def bench(
@@ -221,12 +223,32 @@ def _start(
         run.outputs = step()
         run.first_call_s = time.perf_counter() - start
         run.ortlab_backend = ortlab_backend
+        run.first_call_steps = first_call_steps(call, ortlab_backend, run.first_call_s)
     except Exception as e:  # one backend's failure is a row, never a crash
         logger.debug("bench: backend %r failed", run.backend, exc_info=True)
         text = str(e).strip()
         run.error = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
         return None
     return step
+
+
+def first_call_steps(
+    call: Any, ortlab_backend: OrtBackend | None, first_call_s: float
+) -> dict[str, float]:
+    """Where a backend's first call went, in seconds per step: the ortlab backend's
+    compile steps (``OrtBackend.compile_timings``, those that took time), or the floor's
+    export, session creation and first run; empty for other backends.
+    """
+    if ortlab_backend is not None:
+        return {k: v for k, v in ortlab_backend.compile_timings().items() if v > 0}
+    if isinstance(call, _floor.OrtFloor):
+        built = call.export_seconds + call.session_seconds
+        return {
+            "export": call.export_seconds,
+            "session": call.session_seconds,
+            "first_run": max(0.0, first_call_s - built),
+        }
+    return {}
 
 
 def result_of(
@@ -246,6 +268,9 @@ def result_of(
         name=name,
         ortlab_backends={
             r.backend: r.ortlab_backend for r in runs if r.ortlab_backend is not None
+        },
+        first_call_steps={
+            r.backend: dict(r.first_call_steps) for r in runs if r.first_call_steps
         },
     )
 

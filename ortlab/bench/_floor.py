@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,6 +58,10 @@ class OrtFloor:
     call time of the ``"ort"`` row holds export, session creation and the first run, like
     the compiled backends' first call.
 
+    Attributes:
+        export_seconds: ``torch.onnx.export`` of the whole model.
+        session_seconds: Creating its session.
+
     Raises:
         ExportError: the model does not export, or its inputs are not the call's.
         SessionError: ONNX Runtime refused the model.
@@ -70,7 +75,9 @@ class OrtFloor:
         options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
     ) -> None:
         module = target if isinstance(target, torch.nn.Module) else _AsModule(target)
+        start = time.perf_counter()
         model = _export(module, args)
+        self.export_seconds = time.perf_counter() - start
         flat = _inputs(args)
         if len(flat) != len(model.graph.input):
             names = ", ".join(i.name for i in model.graph.input)
@@ -78,7 +85,9 @@ class OrtFloor:
                 f"the exported model has {len(model.graph.input)} inputs ({names}) but the "
                 f"call passes {len(flat)} values"
             )
+        start = time.perf_counter()
         self.session = ortlab.backend.create_session(model, like=flat, options=options)
+        self.session_seconds = time.perf_counter() - start
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         return self.session.run(_inputs(args))

@@ -58,6 +58,10 @@ class BenchResult:
     )
     """The :class:`~ortlab.OrtBackend` of each ortlab row, by backend name, to inspect
     what was compiled (``ortlab.inspect(result.ortlab_backends["ortlab"])``)."""
+    first_call_steps: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    """Where each backend's first call went, seconds per step, by backend name: an ortlab
+    row's compile steps (``OrtBackend.compile_timings``), the ``"ort"`` row's export,
+    session creation and first run."""
 
     def row(self, backend: str) -> dict[str, Any]:
         """The row of ``backend`` as a dict.
@@ -91,6 +95,7 @@ class BenchResult:
             "machine": self.machine,
             "settings": self.settings,
             "results": _format.frame_records(self.frame),
+            "first_call_steps": self.first_call_steps,
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:

@@ -1,0 +1,372 @@
+"""The corpus benchmark: public architectures under every backend, against the corpus
+targets (``ortlab bench --corpus``, part of ``make bench``).
+
+:func:`run_corpus` benchmarks corpus models (:func:`ortlab.zoo.corpus`) like the zoo
+benchmark does (:func:`ortlab.bench._zoo.bench_zoo_model`: eager, inductor, ortlab,
+ortlab-frozen and the bare-ORT floor, each model in one run, timed interleaved by the one
+timer) and writes ``corpus.md``, ``corpus.json`` and ``corpus.png``. The report shows
+each backend's median and p10-p90, ortlab's first call with its compile steps next to
+the floor's export and session creation, and the targets:
+
+- on every model whose first call is **one partition** (one graph, one ONNX Runtime
+  partition, no node left in PyTorch: :func:`ortlab.bench._coverage.one_partition`, read
+  from the ortlab row's own records): ortlab-frozen at most 1.10x the floor, ortlab
+  (default options) at most 1.25x (:data:`ONE_PARTITION_TARGETS`);
+- on every model where the floor is ahead of inductor: ortlab ahead of inductor too.
+
+Inductor's first compile takes 25-60 s per model on a small CPU, so the default selection
+(:data:`CORPUS_BENCH_MODELS`) is the fast subset plus two larger one-partition CNNs;
+``--corpus all`` runs all of it, and ``--fast`` makes a smoke run without inductor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import ortlab.backend
+from ortlab import zoo
+from ortlab.bench import (
+    _backends,
+    _coverage,
+    _coverage_report,
+    _format,
+    _machine,
+    _plots,
+    _result,
+    _zoo,
+)
+
+CORPUS_BENCH_MODELS = (
+    *zoo.corpus_names(ci=True),
+    "resnet18",
+    "efficientnet",
+)
+"""What ``ortlab bench --corpus`` (and ``make bench``) runs without a selection: the fast
+subset (one model per family kind) and two larger CNNs that compile to one partition."""
+
+CORPUS_BACKENDS = ("eager", "inductor", "ortlab", "ortlab-frozen", "ort")
+"""Backends of the corpus benchmark (``fast``: without inductor)."""
+
+ONE_PARTITION_TARGETS = (
+    ("ortlab-frozen", "ort", 1.10),
+    ("ortlab", "ort", 1.25),
+)
+"""``(backend, reference, most)`` on one-partition models: median over the reference's."""
+
+_FAST_TIMING = dict(warmup=1, min_time=0.05, min_iters=3, max_iters=20)
+_FULL_TIMING = dict(warmup=3, min_time=1.0, min_iters=10, max_iters=2000)
+
+
+def _medians(result: _result.BenchResult) -> dict[str, float]:
+    """Median per backend that ran without error."""
+    frame = result.frame
+    return {
+        b: float(m)
+        for b, m, e in zip(frame["backend"], frame["median_ms"], frame["error"])
+        if not e and _format.finite(m)
+    }
+
+
+def is_one_partition(result: _result.BenchResult) -> bool | None:
+    """Whether the ortlab row's first call was one partition (``None``: no ortlab row)."""
+    backend = result.ortlab_backends.get("ortlab")
+    if backend is None:
+        return None
+    return _coverage.one_partition(backend.graphs)
+
+
+def _cell(ratio: float, most: float, *, strict: bool = False) -> str:
+    if not _format.finite(ratio):
+        return "n/a"
+    met = ratio < most if strict else ratio <= most
+    return f"{_format.fmt_ratio(ratio)} {'met' if met else 'missed'}"
+
+
+def target_rows(
+    results: Sequence[_result.BenchResult], one_partition: Mapping[str, bool | None]
+) -> list[list[str]]:
+    """One row per model: ``[model, one partition, frozen/ort cell, ortlab/ort cell,
+    ortlab/inductor cell]``; a cell reads ``"1.08 met"``, ``"1.31 missed"``, ``"n/a"``
+    (a backend it needs is missing or failed) or says why the target does not apply."""
+    rows = []
+    for r in results:
+        medians = _medians(r)
+        single = one_partition.get(r.name)
+        cells = [r.name, {True: "yes", False: "no", None: "?"}[single]]
+        for backend, ref, most in ONE_PARTITION_TARGETS:
+            if single:
+                ratio = medians.get(backend, math.nan) / medians.get(ref, math.nan)
+                cells.append(_cell(ratio, most))
+            else:
+                cells.append("not one partition")
+        ort, inductor = medians.get("ort", math.nan), medians.get("inductor", math.nan)
+        if not (_format.finite(ort) and _format.finite(inductor)):
+            cells.append("n/a")
+        elif ort < inductor:
+            ratio = medians.get("ortlab", math.nan) / inductor
+            cells.append(_cell(ratio, 1.0, strict=True))
+        else:
+            cells.append(f"floor behind inductor ({_format.fmt_ratio(ort / inductor)})")
+        rows.append(cells)
+    return rows
+
+
+def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
+    """``(target, met, missed)`` counted over :func:`target_rows`' cells."""
+    names = [
+        *(
+            f"{b} / {ref} ≤ {most:.2f} (one partition)"
+            for b, ref, most in ONE_PARTITION_TARGETS
+        ),
+        "ortlab ahead of inductor where the floor is",
+    ]
+    out = []
+    for i, name in enumerate(names, start=2):
+        cells = [row[i] for row in rows]
+        out.append(
+            (
+                name,
+                sum(c.endswith(" met") for c in cells),
+                sum(c.endswith(" missed") for c in cells),
+            )
+        )
+    return out
+
+
+def _spread(result: _result.BenchResult, backend: str) -> str:
+    frame = result.frame[result.frame["backend"] == backend]
+    if frame.empty:
+        return ""
+    rec = frame.iloc[0]
+    if rec["error"]:
+        return "error"
+    median = _format.fmt_ms(rec["median_ms"])
+    low, high = _format.fmt_ms(rec["p10_ms"]), _format.fmt_ms(rec["p90_ms"])
+    return f"{median} ({low}–{high})" if median else ""
+
+
+def _first_call(result: _result.BenchResult, backend: str) -> float:
+    frame = result.frame[result.frame["backend"] == backend]
+    return float(frame["first_call_s"].iloc[0]) if not frame.empty else math.nan
+
+
+def first_call_rows(results: Sequence[_result.BenchResult]) -> list[list[str]]:
+    """Per model: ortlab's first call and its steps (:data:`FIRST_CALL_STEPS` of the
+    coverage report, the rest as "other"), the floor's first call with its export and
+    session creation, and inductor's first call."""
+    rows = []
+    for r in results:
+        steps = r.first_call_steps.get("ortlab", {})
+        ort = r.first_call_steps.get("ort", {})
+        shown, other = _coverage_report.split_steps(steps)
+        rows.append(
+            [
+                r.name,
+                _format.fmt(_first_call(r, "ortlab"), "{:.2f}"),
+                *(f"{v:.2f}" for v in shown),
+                f"{other:.2f}",
+                _format.fmt(_first_call(r, "ort"), "{:.2f}"),
+                _format.fmt(ort.get("export", math.nan), "{:.2f}"),
+                _format.fmt(ort.get("session", math.nan), "{:.2f}"),
+                _format.fmt(_first_call(r, "inductor"), "{:.2f}"),
+            ]
+        )
+    return rows
+
+
+def corpus_markdown(
+    results: Sequence[_result.BenchResult],
+    one_partition: Mapping[str, bool | None],
+    *,
+    fast: bool = False,
+    machine: Mapping[str, Any] | None = None,
+) -> str:
+    """The corpus benchmark's report: medians, targets, first calls, per backend,
+    machine, errors."""
+    if machine is None:
+        machine = results[0].machine if results else _machine.machine_facts()
+    backends = list(dict.fromkeys(b for r in results for b in r.frame["backend"]))
+    lines = ["# ortlab corpus benchmark", ""]
+    if fast:
+        lines += [
+            "> **Fast mode**: a handful of iterations; a smoke run, not a measurement.",
+            "",
+        ]
+    ratio_cols = [
+        ("ortlab", "ort"),
+        ("ortlab-frozen", "ort"),
+        ("ortlab", "inductor"),
+        ("ortlab", "eager"),
+    ]
+    ratio_cols = [(b, ref) for b, ref in ratio_cols if b in backends and ref in backends]
+    headers = [
+        "model",
+        "family",
+        "one partition",
+        *(f"{b} ms" for b in backends),
+        *(f"{b} / {ref}" for b, ref in ratio_cols),
+    ]
+    rows = []
+    for r in results:
+        medians = _medians(r)
+        single = one_partition.get(r.name)
+        rows.append(
+            [
+                r.name,
+                zoo.get(r.name).family,
+                {True: "yes", False: "no", None: "?"}[single],
+                *(_spread(r, b) for b in backends),
+                *(
+                    _format.fmt_ratio(medians.get(b, math.nan) / medians.get(ref, math.nan))
+                    for b, ref in ratio_cols
+                ),
+            ]
+        )
+    lines += [
+        f"Inference, steady-state median per call in ms with p10–p90 "
+        f"({machine.get('torch_threads')} threads), every backend of a model timed in one "
+        "run, interleaved; ratios below 1 are faster than the reference. `ort` is the floor: "
+        "the whole model exported with `torch.onnx.export` and run by one bare session, "
+        "zero-copy.",
+        "",
+        _format.markdown_table(headers, rows),
+        "",
+    ]
+    targets = target_rows(results, one_partition)
+    lines += [
+        "## Targets",
+        "",
+        "On one-partition models: ortlab-frozen ≤ 1.10× the floor and ortlab ≤ 1.25× "
+        "the floor; wherever the floor is ahead of inductor, ortlab ahead of inductor "
+        "(ratio < 1). Ratios of medians from this one run."
+        + (" Fast mode: not a measurement." if fast else ""),
+        "",
+        _format.markdown_table(
+            [
+                "model",
+                "one partition",
+                *(f"{b} / {ref} ≤ {most:.2f}" for b, ref, most in ONE_PARTITION_TARGETS),
+                "ortlab / inductor < 1 where ort < inductor",
+            ],
+            targets,
+        ),
+        "",
+        _format.markdown_table(("target", "met", "missed"), target_summary(targets)),
+        "",
+        "## First call",
+        "",
+        "Seconds. ortlab's first call is compile + run, split into its compile steps "
+        "(`translate` = type promotion + translation + serialization + transforms); the "
+        "floor's is `torch.onnx.export` + session creation + run.",
+        "",
+        _format.markdown_table(
+            [
+                "model",
+                "ortlab first call",
+                *_coverage_report.FIRST_CALL_STEPS,
+                "other",
+                "ort first call",
+                "ort export",
+                "ort session",
+                "inductor first call",
+            ],
+            first_call_rows(results),
+        ),
+        "",
+        "## Per backend",
+        "",
+    ]
+    full_rows = [[r.name, *row] for r in results for row in _format.display_rows(r.frame)]
+    lines += [
+        _format.markdown_table(["model", *_format.HEADERS], full_rows),
+        "",
+        "## Machine",
+        "",
+        _format.markdown_table(("fact", "value"), _format.machine_rows(machine)),
+        "",
+    ]
+    errors_seen = [
+        (r.name, b, e)
+        for r in results
+        for b, e in zip(r.frame["backend"], r.frame["error"])
+        if e
+    ]
+    if errors_seen:
+        lines += [
+            "## Errors",
+            "",
+            _format.markdown_table(("model", "backend", "error"), errors_seen),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def run_corpus(
+    out_dir: str | os.PathLike[str],
+    *,
+    selection: str | Sequence[str] | None = None,
+    fast: bool = False,
+    backends: Sequence[str] | None = None,
+    threads: int = 2,
+    progress: bool = True,
+) -> str:
+    """Benchmarks corpus models and writes ``corpus.md``, ``corpus.json``, ``corpus.png``.
+
+    Args:
+        out_dir: Folder for the results (created if missing).
+        selection: Corpus models (:func:`ortlab.bench._coverage.select`: ``"all"``,
+            ``"ci"``, a family, names); ``None``: :data:`CORPUS_BENCH_MODELS`.
+        fast: Few iterations; without ``backends``, also without inductor.
+        backends: Backend names; ``None``: :data:`CORPUS_BACKENDS` (minus inductor when
+            ``fast``).
+        threads: torch and ONNX Runtime intra-op threads.
+        progress: Show a progress bar in a terminal or notebook.
+
+    Returns:
+        The markdown written to ``corpus.md``.
+
+    Raises:
+        UnsupportedOptionError: an unknown model or a bad backend list (before anything
+            runs).
+    """
+    names = _coverage.select(selection) if selection is not None else CORPUS_BENCH_MODELS
+    if backends is None:
+        backends = tuple(b for b in CORPUS_BACKENDS if not (fast and b == "inductor"))
+    backends = _backends.check_backends(backends)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = _machine.machine_facts()
+    machine["torch_threads"] = threads
+    if any(b.startswith("ortlab") for b in backends):
+        machine["exporter_warm_up_s"] = round(ortlab.backend.warm_up(), 2)
+    timing = _FAST_TIMING if fast else _FULL_TIMING
+    results = []
+    one_partition: dict[str, bool | None] = {}
+    for name in names:
+        result = _zoo.bench_zoo_model(
+            name, backends, threads=threads, training=False, progress=progress, **timing
+        )
+        one_partition[name] = is_one_partition(result)
+        results.append(result)
+    if "transformers" in sys.modules:
+        machine["transformers"] = _machine.version_of("transformers")
+    if hasattr(os, "getloadavg"):
+        machine["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    markdown = corpus_markdown(results, one_partition, fast=fast, machine=machine)
+    (out / "corpus.md").write_text(markdown, encoding="utf-8")
+    payload = {
+        "machine": machine,
+        "fast": fast,
+        "one_partition": one_partition,
+        "targets": target_rows(results, one_partition),
+        "models": [r.to_dict() for r in results],
+    }
+    (out / "corpus.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _plots.plot_zoo(results, out / "corpus.png")
+    return markdown

@@ -1,0 +1,549 @@
+"""The corpus's coverage: does each public architecture compile, match eager and train
+right through ortlab (``ortlab demo --corpus``, ``make corpus``)?
+
+:func:`cover_model` takes one corpus model (:func:`ortlab.zoo.corpus`) through:
+
+1. **inference**: :func:`ortlab.compile` of a copy (``dynamic=True``, the default
+   options) called under ``torch.no_grad()``; its first call is timed (compile + run, and
+   the backend's compile steps), its outputs compared with eager's at the model's
+   tolerances by the one comparator (:mod:`ortlab.numerics._compare`);
+2. **the decode step** of a decoder language model (:attr:`ZooModel.followup_inputs`):
+   the same compiled model called with a key/value cache, which must compile a graph of
+   its own; its logits and the cache it updated are compared with eager's;
+3. **training**: the gradient check of :mod:`ortlab.bench._grads` for ortlab, and for
+   ``torch.compile``'s inductor where asked (its first compile costs 25-60 s per model on
+   a small CPU, so by default only for the fast subset);
+4. **latency** (optional): ortlab, eager and the bare-ORT floor (the whole model exported,
+   :mod:`ortlab.bench._floor`) timed together by the one timer
+   (:mod:`ortlab.bench._engine`), for the ratios ortlab/eager and ortlab/floor.
+
+What counts
+-----------
+- An exception escaping a compiled call is a **crash** (the backend is designed never to
+  raise). A graph ortlab could not compile runs eagerly with ``GraphRecord.error`` set:
+  that graph **fell back**, and is reported, not counted as a crash.
+- A model **fails** when it crashed, an output (inference or decode step) is beyond its
+  tolerances, the decode step compiled no graph of its own, or ortlab's gradients fail
+  the gradient rule (:mod:`ortlab.bench._grads`).
+- A model is **one partition** when its first call's graphs are exactly one graph with
+  exactly one partition running in ONNX Runtime and no node left in PyTorch
+  (:func:`one_partition`); the corpus benchmark's speed targets apply to those.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import dataclasses
+import logging
+import math
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+import ortlab.backend
+from ortlab import errors, zoo
+from ortlab.backend import _torch_private
+from ortlab.bench import _engine, _floor, _grads
+from ortlab.numerics import _compare
+
+TIMING = _engine.Timing(warmup=2, min_time=0.3, min_iters=5, max_iters=500)
+"""Latency of the coverage run: a short measurement (the corpus benchmark is the long
+one)."""
+
+STATUS_OK = "ok"
+STATUS_CRASH = "crash"
+STATUS_MISMATCH = "mismatch"
+STATUS_GRADS = "grad FAIL"
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+_ADDRESS = re.compile(r"<(?:built-in )?function ([\w.]+)(?: at 0x[0-9a-fA-F]+)?>")
+
+
+def select(selection: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Corpus model names from a selection: ``"all"`` (or ``None``), ``"ci"`` (the fast
+    subset), a family (``"decoder"``), or names (a sequence, or one comma-separated
+    string); families and ``"ci"`` may be mixed with names.
+
+    Raises:
+        UnsupportedOptionError: an unknown name, or nothing selected.
+    """
+    if selection is None:
+        return zoo.corpus_names()
+    items = selection.split(",") if isinstance(selection, str) else list(selection)
+    names: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        if item == "all":
+            names += zoo.corpus_names()
+        elif item == "ci":
+            names += zoo.corpus_names(ci=True)
+        elif item in zoo.FAMILIES:
+            names += zoo.corpus_names(item)
+        elif item in zoo.corpus_names():
+            names.append(item)
+        else:
+            raise errors.UnsupportedOptionError(
+                f"Unknown corpus selection {item!r}: use 'all', 'ci', a family "
+                f"({', '.join(zoo.FAMILIES)}) or corpus model names "
+                f"({', '.join(zoo.corpus_names())})."
+            )
+    if not names:
+        raise errors.UnsupportedOptionError(f"The corpus selection {selection!r} is empty.")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclasses.dataclass
+class CoverageRow:
+    """What :func:`cover_model` found for one corpus model."""
+
+    model: str
+    family: str = ""
+    architecture: str = ""
+    ci: bool = False
+    graphs: int = 0
+    """Graphs of the inference backend (the first call's, and the decode step's)."""
+    partitions: int = 0
+    nodes: int = 0
+    nodes_in_ort: int = 0
+    eager_ops: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Nodes left in PyTorch, ``{reason: {op: count}}``, over the inference graphs."""
+    fell_back: list[str] = dataclasses.field(default_factory=list)
+    """``"graph 1 (inference): <error>"`` per graph that ortlab could not compile (it ran
+    eagerly), over inference and training graphs."""
+    failed_partitions: list[str] = dataclasses.field(default_factory=list)
+    """``"graph 0 fused_0: <error>"`` per partition that fell back to PyTorch."""
+    one_partition: bool = False
+    """The first call is one graph of one ORT partition, with no node in PyTorch."""
+    one_partition_but_sizes: bool = False
+    """One graph of one ORT partition, with only size arithmetic (SymInt/SymFloat
+    results) in PyTorch."""
+    output_error: float = math.nan
+    """Largest absolute error of the inference outputs to eager's."""
+    output_passed: bool | None = None
+    decode_error: float | None = None
+    """The decode step's largest absolute error (logits and updated cache); ``None`` for
+    models without one."""
+    decode_passed: bool | None = None
+    decode_graphs: int | None = None
+    """Graphs the decode step compiled (it must compile one of its own)."""
+    grads: dict[str, _grads.GradCheck] = dataclasses.field(default_factory=dict)
+    """The gradient check per backend (``"ortlab"``, ``"inductor"``)."""
+    fp64_note: str = ""
+    """Why gradients have no float64 reference, when they have none."""
+    train_graphs: int = 0
+    train_partitions: int = 0
+    train_nodes: int = 0
+    train_nodes_in_ort: int = 0
+    train_recompiled: bool = False
+    """A later training step compiled graphs the first had not."""
+    first_call_s: float = math.nan
+    """ortlab's first inference call: compile + run."""
+    first_call_steps: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Its compile steps (``OrtBackend.compile_timings``), seconds."""
+    floor_export_s: float = math.nan
+    floor_session_s: float = math.nan
+    ortlab_ms: float = math.nan
+    eager_ms: float = math.nan
+    floor_ms: float = math.nan
+    floor_error: str = ""
+    """Why the bare-ORT floor could not be built or timed."""
+    crashes: list[str] = dataclasses.field(default_factory=list)
+    """``"stage: Type: message"`` per exception that escaped (the row then fails)."""
+    wall_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Wall-clock seconds of each stage of the coverage run (``inference``, ``timing``,
+    ``training``), for planning runs; not a measurement of the model."""
+
+    @property
+    def in_ort_percent(self) -> float:
+        return 100.0 * self.nodes_in_ort / self.nodes if self.nodes else math.nan
+
+    @property
+    def eager_nodes(self) -> int:
+        return sum(sum(ops.values()) for ops in self.eager_ops.values())
+
+    @property
+    def ortlab_over_eager(self) -> float:
+        return _ratio(self.ortlab_ms, self.eager_ms)
+
+    @property
+    def ortlab_over_floor(self) -> float:
+        return _ratio(self.ortlab_ms, self.floor_ms)
+
+    @property
+    def decode_compiled(self) -> bool:
+        """The decode step compiled a graph of its own (``True`` without a decode step)."""
+        return self.decode_graphs is None or self.decode_graphs >= 1
+
+    @property
+    def status(self) -> str:
+        """:data:`STATUS_CRASH`, :data:`STATUS_MISMATCH`, :data:`STATUS_GRADS` or
+        :data:`STATUS_OK`."""
+        if self.crashes:
+            return STATUS_CRASH
+        if (
+            self.output_passed is False
+            or self.decode_passed is False
+            or not self.decode_compiled
+        ):
+            return STATUS_MISMATCH
+        ortlab_grads = self.grads.get("ortlab")
+        if ortlab_grads is not None and not ortlab_grads.passed:
+            return STATUS_GRADS
+        return STATUS_OK
+
+    @property
+    def failed(self) -> bool:
+        return self.status != STATUS_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (non-finite numbers become ``None``)."""
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "grads"
+        }
+        data["grads"] = {b: c.to_dict() for b, c in self.grads.items()}
+        for name in ("status", "in_ort_percent", "eager_nodes"):
+            data[name] = getattr(self, name)
+        data["ortlab_over_eager"] = self.ortlab_over_eager
+        data["ortlab_over_floor"] = self.ortlab_over_floor
+        return _json_safe(data)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if math.isfinite(a) and math.isfinite(b) and b > 0 else math.nan
+
+
+def _error_text(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def op_name(target: str) -> str:
+    """A verdict's target as a stable op name: ``"<built-in function mul>"`` -> ``"mul"``,
+    ``"<function sym_sum at 0x7f...>"`` -> ``"sym_sum"`` (no addresses), ATen names as
+    they are."""
+    return _ADDRESS.sub(r"\1", target)
+
+
+def _symbolic_nodes(graph: Any) -> set[str]:
+    """Names of the nodes of a graph record whose value is a Python/symbolic scalar."""
+    return {
+        n.name
+        for n in graph.graph_module.graph.nodes
+        if isinstance(n.meta.get("val"), _SYMBOLIC)
+    }
+
+
+def eager_ops(graphs: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """``{reason: {op: count}}`` of the nodes left in PyTorch in these graph records: an
+    unsupported node's verdict reason, or the error of the partition that fell back."""
+    grouped: dict[str, collections.Counter[str]] = {}
+    for g in graphs:
+        failed = {
+            n: _first_line(p.error)
+            for p in g.partitions
+            if p.error is not None
+            for n in p.node_names
+        }
+        for name in g.eager_node_names:
+            v = g.verdict(name)
+            if g.error is not None:
+                reason = f"graph fell back: {_first_line(g.error)}"
+            elif name in failed:
+                reason = f"partition fell back: {failed[name]}"
+            else:
+                reason = v.reason if v is not None else "no verdict"
+            target = op_name(v.target) if v is not None else name
+            grouped.setdefault(reason, collections.Counter())[target] += 1
+    return {r: dict(c.most_common()) for r, c in grouped.items()}
+
+
+def one_partition(graphs: Sequence[Any]) -> bool:
+    """Exactly one graph, without error, of exactly one partition that runs in ONNX
+    Runtime, and no node left in PyTorch."""
+    if len(graphs) != 1:
+        return False
+    (g,) = graphs
+    return (
+        g.error is None
+        and len(g.partitions) == 1
+        and g.partitions[0].state == "ort"
+        and not g.eager_node_names
+    )
+
+
+def one_partition_but_sizes(graphs: Sequence[Any]) -> bool:
+    """Like :func:`one_partition`, except that size arithmetic (nodes whose value is a
+    SymInt/SymFloat/Python scalar, such as ``sym_size``) may stay in PyTorch."""
+    if len(graphs) != 1:
+        return False
+    (g,) = graphs
+    if g.error is not None or len(g.partitions) != 1 or g.partitions[0].state != "ort":
+        return False
+    return set(g.eager_node_names) <= _symbolic_nodes(g)
+
+
+def cache_tensors(value: Any) -> list[torch.Tensor]:
+    """The key and value tensors of a ``transformers`` cache, layer by layer (empty for
+    anything else)."""
+    out: list[torch.Tensor] = []
+    for layer in getattr(value, "layers", None) or ():
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Keeps the backend's fall-back warnings (their errors are on the records) and the
+    fake-tensor logger's tracebacks of errors that are caught out of a coverage table."""
+    fake = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake.level
+    fake.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        fake.setLevel(level)
+
+
+def cover_model(
+    spec: zoo.ZooModel,
+    *,
+    inductor: bool = False,
+    train_steps: int = 1,
+    timing: _engine.Timing | None = TIMING,
+    floor: bool = True,
+) -> CoverageRow:
+    """Takes one corpus model through inference, its decode step, training and (with
+    ``timing``) latency; see the module docstring.
+
+    Args:
+        spec: The corpus model.
+        inductor: Also check inductor's gradients (slow: 25-60 s of compile on a CPU).
+        train_steps: Training steps of the gradient check (0: no training).
+        timing: How to time ortlab, eager and the floor; ``None``: no latency (and no
+            floor).
+        floor: Build and time the bare-ORT floor (with ``timing``).
+
+    Returns:
+        The :class:`CoverageRow`. Never raises for the model's sake: what escapes a stage
+        becomes a crash of the row.
+    """
+    row = CoverageRow(spec.name, spec.family, spec.architecture, spec.ci)
+    _torch_private.reset_dynamo()
+    with _quiet():
+        try:
+            model = spec.build()
+            args = spec.example_inputs()
+            with torch.no_grad():
+                expected = model(*args)
+        except Exception as e:
+            row.crashes.append(f"eager: {_error_text(e)}")
+            return row
+        start = time.perf_counter()
+        compiled = _infer(row, spec, model, args, expected)
+        row.wall_s["inference"] = time.perf_counter() - start
+        if compiled is not None and timing is not None:
+            start = time.perf_counter()
+            _time(row, spec, model, args, compiled, timing, floor=floor)
+            row.wall_s["timing"] = time.perf_counter() - start
+        if train_steps and spec.trainable:
+            start = time.perf_counter()
+            _train(row, spec, model, inductor=inductor, steps=train_steps)
+            row.wall_s["training"] = time.perf_counter() - start
+    return row
+
+
+def _infer(
+    row: CoverageRow, spec: zoo.ZooModel, model: torch.nn.Module, args: tuple, expected: Any
+) -> Any:
+    """Inference and the decode step; returns the compiled model (``None`` on a crash)."""
+    compiled = ortlab.backend.compile(copy.deepcopy(model))
+    backend = ortlab.backend.backend_of(compiled)
+    with _torch_private.dynamo_config_patch(dict(spec.dynamo_config)), torch.no_grad():
+        try:
+            start = time.perf_counter()
+            got = compiled(*args)
+            row.first_call_s = time.perf_counter() - start
+        except Exception as e:
+            row.crashes.append(f"inference: {_error_text(e)}")
+            _fill_graphs(row, backend.graphs)
+            return None
+        row.first_call_steps = {k: v for k, v in backend.compile_timings().items() if v > 0}
+        first_graphs = list(backend.graphs)
+        row.one_partition = one_partition(first_graphs)
+        row.one_partition_but_sizes = one_partition_but_sizes(first_graphs)
+        diffs = _compare.compare_outputs(got, expected, atol=spec.atol, rtol=spec.rtol)
+        row.output_error = _compare.max_abs_error(diffs)
+        row.output_passed = all(d.passed for d in diffs)
+        if spec.followup_inputs is not None:
+            _decode(row, spec, model, compiled, len(first_graphs))
+    _fill_graphs(row, backend.graphs)
+    return compiled
+
+
+def _decode(
+    row: CoverageRow, spec: zoo.ZooModel, model: torch.nn.Module, compiled: Any, before: int
+) -> None:
+    backend = ortlab.backend.backend_of(compiled)
+    try:
+        ours = spec.followup_example_inputs(model)
+        theirs = spec.followup_example_inputs(model)
+        got = compiled(*ours)
+        row.decode_graphs = len(backend.graphs) - before
+        expected = model(*theirs)
+    except Exception as e:
+        row.crashes.append(f"decode step: {_error_text(e)}")
+        return
+    diffs = _compare.compare_outputs(
+        [got, *(t for a in ours for t in cache_tensors(a))],
+        [expected, *(t for a in theirs for t in cache_tensors(a))],
+        atol=spec.atol,
+        rtol=spec.rtol,
+    )
+    row.decode_error = _compare.max_abs_error(diffs)
+    row.decode_passed = all(d.passed for d in diffs)
+
+
+def _fill_graphs(row: CoverageRow, graphs: Sequence[Any]) -> None:
+    row.graphs = len(graphs)
+    row.partitions = sum(len(g.partitions) for g in graphs)
+    row.nodes = sum(g.node_count for g in graphs)
+    row.nodes_in_ort = sum(len(g.ort_node_names) for g in graphs)
+    row.eager_ops = eager_ops(graphs)
+    _note_fallbacks(row, graphs)
+
+
+def _note_fallbacks(row: CoverageRow, graphs: Sequence[Any]) -> None:
+    for g in graphs:
+        if g.error is not None:
+            row.fell_back.append(f"graph {g.index} ({g.kind}): {_first_line(g.error)}")
+        for p in g.partitions:
+            if p.error is not None:
+                row.failed_partitions.append(
+                    f"graph {g.index} ({g.kind}) {p.name}: {_first_line(p.error)}"
+                )
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0] if text else "error"
+
+
+def _time(
+    row: CoverageRow,
+    spec: zoo.ZooModel,
+    model: torch.nn.Module,
+    args: tuple,
+    compiled: Callable[..., Any],
+    timing: _engine.Timing,
+    *,
+    floor: bool,
+) -> None:
+    steps: dict[str, _engine.Step] = {
+        "ortlab": lambda: compiled(*args),
+        "eager": lambda: model(*args),
+    }
+    if floor:
+        try:
+            with torch.no_grad():
+                bare = _floor.OrtFloor(copy.deepcopy(model), args)
+            row.floor_export_s, row.floor_session_s = bare.export_seconds, bare.session_seconds
+            steps["ort"] = lambda: bare(*args)
+        except Exception as e:
+            row.floor_error = _error_text(e)
+    with _torch_private.dynamo_config_patch(dict(spec.dynamo_config)), torch.no_grad():
+        measured = _engine.measure(steps, timing)
+    for name, m in measured.items():
+        if m.error is not None:
+            if name == "ort":
+                row.floor_error = m.error
+            else:
+                row.crashes.append(f"timing {name}: {m.error}")
+    row.ortlab_ms = measured["ortlab"].median_ms
+    row.eager_ms = measured["eager"].median_ms
+    if "ort" in measured:
+        row.floor_ms = measured["ort"].median_ms
+
+
+def _train(
+    row: CoverageRow, spec: zoo.ZooModel, model: torch.nn.Module, *, inductor: bool, steps: int
+) -> None:
+    backends = ("ortlab", "inductor") if inductor else ("ortlab",)
+    report = _grads.check_gradients(spec, model, backends, steps=steps)
+    if report.eager_error is not None:
+        row.crashes.append(f"training (eager): {report.eager_error}")
+        return
+    row.grads = report.checks
+    row.fp64_note = report.fp64_error or ""
+    for check in report.checks.values():
+        if check.error is not None:
+            row.crashes.append(f"training ({check.backend}): {check.error}")
+    graphs = report.graphs.get("ortlab", [])
+    row.train_graphs = len(graphs)
+    row.train_partitions = sum(len(g.partitions) for g in graphs)
+    row.train_nodes = sum(g.node_count for g in graphs)
+    row.train_nodes_in_ort = sum(len(g.ort_node_names) for g in graphs)
+    row.train_recompiled = report.recompiled.get("ortlab", False)
+    _note_fallbacks(row, graphs)
+
+
+def run_coverage(
+    names: Sequence[str],
+    *,
+    inductor: Sequence[str] = (),
+    train_steps: int = 1,
+    timing: _engine.Timing | None = TIMING,
+    floor: bool = True,
+    progress: Callable[[CoverageRow], None] | None = None,
+) -> list[CoverageRow]:
+    """:func:`cover_model` for each corpus model named, in order.
+
+    Args:
+        names: Corpus model names (:func:`select`).
+        inductor: The models whose inductor gradients are also checked.
+        train_steps: Training steps of the gradient check.
+        timing: Latency measurement, or ``None``.
+        floor: Time the bare-ORT floor too.
+        progress: Called with each row as it is done (the CLI prints a line).
+    """
+    rows = []
+    for name in names:
+        row = cover_model(
+            zoo.get(name),
+            inductor=name in inductor,
+            train_steps=train_steps,
+            timing=timing,
+            floor=floor,
+        )
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def failures(rows: Sequence[CoverageRow]) -> list[CoverageRow]:
+    """The rows that fail (crash, mismatch, no decode graph, ortlab gradients)."""
+    return [r for r in rows if r.failed]

@@ -1,0 +1,520 @@
+"""The public-architecture corpus through ortlab: the fast (ci) subset compiled for real
+(inference, the decoder's cached decode step, two training steps), and the coverage and
+corpus-benchmark logic on synthetic rows (no compile)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+
+import pandas as pd
+import pytest
+import torch
+
+from ortlab import cli, errors, zoo
+from ortlab.backend import records
+from ortlab.bench import (
+    COLUMNS,
+    BenchResult,
+    _corpus,
+    _coverage,
+    _coverage_report,
+    _grads,
+)
+
+CI = zoo.corpus_names(ci=True)
+
+ONE_PARTITION = {"resnet_tiny"}
+"""ci models whose inference graph is one ORT partition with every node in it."""
+
+KNOWN_EAGER_REASONS = (
+    "computes a Python/symbolic scalar",  # size arithmetic stays in Python
+    "reads a tensor into a Python number",  # .item() of a tensor (e.g. a mask's max)
+)
+"""Why a node of a ci model may stay in PyTorch."""
+
+_BOOL_MASK_BUG = (
+    "backend bug: with grad enabled (the AOTAutograd path) scaled_dot_product_attention "
+    "ignores a boolean attn_mask (masked keys are attended; a float mask, is_causal and "
+    "no_grad are right), so the train-mode outputs and gradients are wrong"
+)
+TRAINING_BUGS = {"gpt2": _BOOL_MASK_BUG, "bert": _BOOL_MASK_BUG, "clip": _BOOL_MASK_BUG}
+"""ci models whose training step is known wrong; strict xfails, so a fix is noticed."""
+
+
+# --- the ci subset, compiled -------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CI)
+def test_ci_corpus_model_compiles_and_matches_eager_including_the_decode_step(name):
+    spec = zoo.get(name)
+    row = _coverage.cover_model(spec, train_steps=0, timing=None)
+
+    assert row.crashes == []
+    assert row.fell_back == [] and row.failed_partitions == []
+    assert row.output_passed, f"max abs error {row.output_error}"
+    if spec.followup_inputs is not None:
+        # The decode step (a key/value cache) is a graph of its own, and right.
+        assert row.decode_graphs is not None and row.decode_graphs >= 1
+        assert row.decode_passed, f"decode step max abs error {row.decode_error}"
+    else:
+        assert row.decode_graphs is None
+    assert row.nodes_in_ort > 0
+    if name in ONE_PARTITION:
+        assert row.one_partition and row.eager_nodes == 0
+    else:
+        assert not row.one_partition
+        unknown = [r for r in row.eager_ops if not r.startswith(KNOWN_EAGER_REASONS)]
+        assert unknown == [], f"{name} leaves nodes in PyTorch for: {unknown}"
+        print(f"{name}: in PyTorch: {_coverage_report.eager_ops_text(row.eager_ops)}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=TRAINING_BUGS[n]))
+        if n in TRAINING_BUGS
+        else n
+        for n in CI
+        if zoo.get(n).trainable
+    ],
+)
+def test_ci_corpus_model_trains_two_steps_with_gradients_like_eager(name):
+    spec = zoo.get(name)
+    report = _grads.check_gradients(spec, spec.build(), ("ortlab",), steps=2)
+
+    assert report.eager_error is None and report.fp64_error is None
+    check = report.checks["ortlab"]
+    assert check.error is None
+    assert check.steps == 2
+    assert check.output_passed, f"train-mode output error {check.output_error}"
+    assert check.passed, _coverage_report.grad_cell(check)
+    graphs = report.graphs["ortlab"]
+    assert {g.kind for g in graphs} >= {"forward", "backward"}
+    assert all(g.error is None for g in graphs), [g.error for g in graphs]
+    assert all(p.error is None for g in graphs for p in g.partitions)
+    assert not report.recompiled["ortlab"], "the second step compiled new graphs"
+
+
+# --- corpus selection --------------------------------------------------------------------
+
+
+def test_select_understands_all_ci_families_and_names():
+    assert _coverage.select(None) == zoo.corpus_names()
+    assert _coverage.select("all") == zoo.corpus_names()
+    assert _coverage.select("ci") == CI
+    assert _coverage.select("decoder") == zoo.corpus_names("decoder")
+    assert _coverage.select("bert, gpt2,bert") == ("bert", "gpt2")
+    assert _coverage.select(["ci", "resnet18"]) == (*CI, "resnet18")
+
+
+@pytest.mark.parametrize("bad", ["no_such_model", "mlp", " , "])
+def test_select_rejects_unknown_names_teaching_models_and_nothing(bad):
+    with pytest.raises(errors.UnsupportedOptionError):
+        _coverage.select(bad)
+
+
+# --- records -> coverage facts -----------------------------------------------------------
+
+
+def _graph(verdicts, partitions=(), error=None, symbolic=()):
+    """A GraphRecord whose graph module holds one node per verdict; nodes named in
+    ``symbolic`` carry a SymInt-like (int) value."""
+    graph = torch.fx.Graph()
+    for v in verdicts:
+        node = graph.create_node("call_function", torch.neg, (), name=v.node)
+        node.meta["val"] = 3 if v.node in symbolic else torch.zeros(1)
+    graph.output(None)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    parts = [
+        records.PartitionRecord(name, 0, "inference", gm, node_names=nodes, error=err)
+        for name, nodes, err in partitions
+    ]
+    return records.GraphRecord(
+        0, "inference", gm, partitions=parts, verdicts=list(verdicts), error=error
+    )
+
+
+def _v(node, target, supported, reason="translated"):
+    return records.Verdict(node, target, supported, reason)
+
+
+def test_eager_ops_group_by_reason_with_stable_op_names():
+    g = _graph(
+        [
+            _v("a", "aten.add.Tensor", True),
+            _v("m1", "<built-in function mul>", False, "size arithmetic"),
+            _v("m2", "<built-in function mul>", False, "size arithmetic"),
+            _v("s", "<function sym_sum at 0x7f00e6ed1120>", False, "size arithmetic"),
+            _v("i", "aten._local_scalar_dense.default", False, ".item()"),
+            _v("c", "aten.conv.default", True),
+        ],
+        partitions=[("fused_0", ("a",), None), ("fused_1", ("c",), "ExportError: boom\nmore")],
+    )
+    assert _coverage.eager_ops([g]) == {
+        "size arithmetic": {"mul": 2, "sym_sum": 1},
+        ".item()": {"aten._local_scalar_dense.default": 1},
+        "partition fell back: ExportError: boom": {"aten.conv.default": 1},
+    }
+
+
+def test_one_partition_needs_one_graph_one_ort_partition_and_nothing_eager():
+    clean = _graph([_v("a", "aten.add.Tensor", True)], [("fused_0", ("a",), None)])
+    assert _coverage.one_partition([clean])
+    assert not _coverage.one_partition([clean, clean])
+    failed = _graph([_v("a", "aten.add.Tensor", True)], [("fused_0", ("a",), "boom")])
+    assert not _coverage.one_partition([failed])
+    sizes = _graph(
+        [_v("a", "aten.add.Tensor", True), _v("m", "<built-in function mul>", False)],
+        [("fused_0", ("a",), None)],
+        symbolic=("m",),
+    )
+    assert not _coverage.one_partition([sizes])
+    assert _coverage.one_partition_but_sizes([sizes])
+    item = _graph(
+        [_v("a", "aten.add.Tensor", True), _v("i", "aten._local_scalar_dense", False)],
+        [("fused_0", ("a",), None)],
+    )
+    assert not _coverage.one_partition_but_sizes([item])  # a tensor read is not a size
+    two = _graph(
+        [_v("a", "aten.add.Tensor", True), _v("b", "aten.add.Tensor", True)],
+        [("fused_0", ("a",), None), ("fused_1", ("b",), None)],
+    )
+    assert not _coverage.one_partition([two]) and not _coverage.one_partition_but_sizes([two])
+
+
+def test_cache_tensors_are_the_keys_and_values_of_every_layer():
+    k0, v0, k1, v1 = (torch.full((1,), float(i)) for i in range(4))
+    cache = types.SimpleNamespace(
+        layers=[
+            types.SimpleNamespace(keys=k0, values=v0),
+            types.SimpleNamespace(keys=k1, values=v1),
+        ]
+    )
+    assert _coverage.cache_tensors(cache) == [k0, v0, k1, v1]
+    assert _coverage.cache_tensors(torch.zeros(1)) == []
+
+
+# --- the gradient rule -------------------------------------------------------------------
+
+
+def test_gradients_within_tolerance_pass_and_beyond_fail():
+    ref = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+    close = {"w": torch.tensor([1.0005, -2.0]), "b": torch.tensor([0.5])}
+    (w, b) = _grads.param_errors(close, ref, atol=1e-3, rtol=1e-3)
+    assert w.relative == pytest.approx(0.0005 / 2.0, rel=1e-4) and w.passed and b.passed
+    far = {"w": torch.tensor([1.2, -2.0]), "b": torch.tensor([0.5])}
+    (w, _) = _grads.param_errors(far, ref, atol=1e-3, rtol=1e-3)
+    assert w.relative == pytest.approx(0.1, rel=1e-4) and not w.passed
+
+
+def test_a_gradient_that_is_zero_but_for_rounding_is_judged_on_the_model_scale():
+    # A key bias's gradient: zero in exact arithmetic, rounding noise in float32.
+    ref = {"weight": torch.tensor([1.0, -3.0]), "k_bias": torch.tensor([2e-9])}
+    got = {"weight": torch.tensor([1.0, -3.0]), "k_bias": torch.tensor([-3e-9])}
+    (_, bias) = _grads.param_errors(got, ref, atol=1e-3, rtol=1e-3)
+    # Relative to its own scale the error would be 2.5; on 1e-3 of the model's it is tiny.
+    assert bias.relative == pytest.approx(5e-9 / (_grads.NEGLIGIBLE * 3.0), rel=1e-4)
+    assert bias.passed
+
+
+def test_a_missing_gradient_fails():
+    (e,) = _grads.param_errors({}, {"w": torch.ones(2)}, atol=1.0, rtol=1.0)
+    assert e.relative == math.inf and not e.passed
+
+
+def _judged(vs_eager, vs_fp64, eager_vs_fp64, passed):
+    check = _grads.GradCheck("ortlab")
+    for _ in range(2):  # two steps, the same errors
+        _grads.judge(
+            check,
+            [_grads.ParamError("w", vs_eager, passed)],
+            [_grads.ParamError("w", vs_fp64)],
+            [_grads.ParamError("w", eager_vs_fp64)],
+        )
+    return check
+
+
+def test_verdicts_pass_discontinuity_and_fail():
+    ok = _judged(1e-6, 1e-6, 1e-6, True)
+    assert (ok.verdict, ok.steps, ok.passed) == (_grads.VERDICT_PASS, 2, True)
+    # A ReLU mask flip: 21% off eager, yet as close to float64 as eager is.
+    flip = _judged(0.21, 0.20, 0.21, False)
+    assert flip.verdict == _grads.VERDICT_FP64 and flip.passed
+    assert (flip.vs_eager, flip.vs_fp64, flip.eager_vs_fp64) == (0.21, 0.20, 0.21)
+    wrong = _judged(0.65, 0.65, 7.6e-7, False)
+    assert wrong.verdict == _grads.VERDICT_FAIL and not wrong.passed
+    crashed = _grads.GradCheck("ortlab", error="RuntimeError: boom")
+    assert crashed.verdict == _grads.VERDICT_CRASH and not crashed.passed
+
+
+def test_fp64_closeness_is_relative_to_eager_with_a_floor():
+    assert _grads.fp64_close(2e-3, 1e-3) and not _grads.fp64_close(2.1e-3, 1e-3)
+    assert _grads.fp64_close(1.5e-6, 0.0)  # eager exact: the floor, not zero
+    assert not _grads.fp64_close(math.nan, 1e-3)
+
+
+def test_one_failing_step_fails_the_check():
+    check = _grads.GradCheck("ortlab")
+    _grads.judge(check, [_grads.ParamError("w", 1e-6, True)], None, None)
+    _grads.judge(check, [_grads.ParamError("w", 0.5, False)], None, None)
+    assert check.verdict == _grads.VERDICT_FAIL and check.vs_eager == 0.5
+
+
+def test_gradient_tolerance_defaults_to_ten_times_the_output_tolerance():
+    spec = zoo.get("bert")
+    assert _grads.tolerance(spec) == (10 * spec.atol, 10 * spec.rtol, True)
+    raw = dataclasses.replace(spec, grad_atol=1e-2)
+    assert _grads.tolerance(raw) == (1e-2, 10 * spec.rtol, False)
+
+
+# --- coverage rows, report, exit code ----------------------------------------------------
+
+
+def _row(name="bert", **fields):
+    row = _coverage.CoverageRow(name, "text", "BERT", output_error=1e-7, output_passed=True)
+    for k, v in fields.items():
+        setattr(row, k, v)
+    return row
+
+
+def _check(verdict):
+    values = {
+        "pass": (1e-6, 1e-6, 1e-6, True),
+        "fp64": (0.21, 0.2, 0.21, False),
+        "fail": (0.6, 0.6, 1e-6, False),
+    }[verdict]
+    return _judged(*values)
+
+
+def test_row_status_orders_crash_mismatch_and_gradients():
+    assert _row().status == _coverage.STATUS_OK
+    assert _row(grads={"ortlab": _check("fp64")}).status == _coverage.STATUS_OK
+    assert _row(grads={"ortlab": _check("fail")}).status == _coverage.STATUS_GRADS
+    # inductor's gradients are reported, not ortlab's to answer for
+    assert _row(grads={"inductor": _check("fail")}).status == _coverage.STATUS_OK
+    assert _row(decode_graphs=0).status == _coverage.STATUS_MISMATCH
+    assert _row(decode_passed=False).status == _coverage.STATUS_MISMATCH
+    mismatch = _row(output_passed=False, grads={"ortlab": _check("fail")})
+    assert mismatch.status == _coverage.STATUS_MISMATCH
+    crash = _row(crashes=["inference: RuntimeError: boom"], output_passed=False)
+    assert crash.status == _coverage.STATUS_CRASH
+    # A graph that fell back ran eagerly: reported, not a failure.
+    assert _row(fell_back=["graph 0 (inference): boom"]).status == _coverage.STATUS_OK
+    rows = [_row("a"), crash, _row("c", grads={"ortlab": _check("fail")})]
+    assert [r.model for r in _coverage.failures(rows)] == ["bert", "c"]
+
+
+def test_coverage_markdown_and_json_say_what_the_rows_hold():
+    ok = _row(
+        "resnet_tiny",
+        family="vision",
+        graphs=1,
+        partitions=1,
+        nodes=10,
+        nodes_in_ort=10,
+        one_partition=True,
+        one_partition_but_sizes=True,
+        grads={"ortlab": _check("fp64"), "inductor": _check("pass")},
+        first_call_s=4.0,
+        first_call_steps={"dynamo": 2.0, "lower": 1.0, "translate": 0.25, "serialize": 0.25},
+        ortlab_ms=2.0,
+        eager_ms=4.0,
+        floor_ms=1.0,
+    )
+    sized = _row(
+        "bert",
+        graphs=1,
+        partitions=1,
+        nodes=4,
+        nodes_in_ort=3,
+        one_partition_but_sizes=True,
+        eager_ops={"size arithmetic": {"mul": 1}},
+        floor_error="ExportError: nope",
+    )
+    crash = _row("gpt2", family="decoder", crashes=["decode step: RuntimeError: boom"])
+    markdown = _coverage_report.coverage_markdown([ok, sized, crash])
+
+    lines = markdown.splitlines()
+    (row,) = [line for line in lines if line.startswith("| resnet_tiny | vision | ok |")]
+    assert "| 100% | 0 |" in row and "| 4.00 | 2.00 | 4.00 | 1.00 | 0.50 | 2.00 |" in row
+    assert "passes vs fp64 (discontinuity) 2.1e-01 (fp64: 2.0e-01 vs eager 2.1e-01)" in row
+    assert (
+        "every node in it (the speed targets of the corpus benchmark apply to these): "
+        "resnet_tiny." in markdown
+    )
+    assert "left in PyTorch: bert." in markdown
+    assert "| bert | size arithmetic: mul ×1 |" in markdown
+    assert "| resnet_tiny | inductor | pass |" in markdown
+    assert "| resnet_tiny | 4.00 | 2.00 | 1.00 | 0.50 | 0.00 | 0.00 | 0.00 |" in markdown
+    assert "| bert | ExportError: nope |" in markdown
+    assert "| gpt2 | crash | decode step: RuntimeError: boom |" in markdown
+
+    data = json.loads(_coverage_report.coverage_json([ok, sized, crash], machine={"cores": 2}))
+    assert data["failures"] == ["gpt2"] and data["one_partition"] == ["resnet_tiny"]
+    first = data["models"][0]
+    assert first["grads"]["ortlab"]["verdict"] == _grads.VERDICT_FP64
+    assert first["ortlab_over_floor"] == 2.0 and data["models"][1]["ortlab_ms"] is None
+
+
+def test_write_coverage_writes_markdown_and_json(tmp_path):
+    md, js, markdown = _coverage_report.write_coverage([_row()], tmp_path / "out")
+    assert md.read_text(encoding="utf-8") == markdown
+    assert json.loads(js.read_text(encoding="utf-8"))["models"][0]["model"] == "bert"
+
+
+def test_demo_corpus_prints_writes_and_fails_on_a_failing_model(monkeypatch, capsys, tmp_path):
+    from ortlab import _demo
+
+    seen = {}
+    rows = [_row("bert"), _row("gpt2", crashes=["inference: RuntimeError: boom"])]
+
+    def fake(selection, **kwargs):
+        seen.update(selection=selection, **kwargs)
+        return rows, "# coverage table", (tmp_path / "a.md", tmp_path / "a.json")
+
+    monkeypatch.setattr(_demo, "corpus_coverage", fake)
+    argv = ["demo", "--corpus", "ci", "gpt2", "--out", "o", "--inductor", "none"]
+    assert cli.main([*argv, "--steps", "2", "--no-floor"]) == 1
+    captured = capsys.readouterr()
+    assert "# coverage table" in captured.out and "gpt2 (crash)" in captured.err
+    assert seen == {
+        "selection": ["ci", "gpt2"],
+        "out_dir": "o",
+        "inductor": "none",
+        "train_steps": 2,
+        "timing": True,
+        "floor": False,
+    }
+    rows.pop()
+    assert cli.main(["demo", "--corpus", "--no-timing"]) == 0
+    assert seen["selection"] is None and seen["inductor"] == "ci" and seen["timing"] is False
+
+
+def test_demo_corpus_refuses_the_zoo_report_options():
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--corpus", "--report", "r.html"])
+
+
+# --- the corpus benchmark: targets and report --------------------------------------------
+
+
+def _result(name, medians, errors_=None, steps=None):
+    errors_ = errors_ or {}
+    rows = [
+        {
+            **dict.fromkeys(COLUMNS, math.nan),
+            "backend": b,
+            "median_ms": m,
+            "p10_ms": m * 0.9,
+            "p90_ms": m * 1.2,
+            "first_call_s": 2.0,
+            "error": errors_.get(b, ""),
+        }
+        for b, m in medians.items()
+    ]
+    return BenchResult(
+        frame=pd.DataFrame(rows), machine={}, name=name, first_call_steps=steps or {}
+    )
+
+
+def test_corpus_targets_apply_to_one_partition_models_and_where_the_floor_beats_inductor():
+    fast = _result(
+        "resnet_tiny",
+        {"eager": 2.0, "inductor": 1.5, "ortlab": 1.2, "ortlab-frozen": 1.05, "ort": 1.0},
+    )
+    slow = _result(
+        "resnet18",
+        {"eager": 2.0, "inductor": 1.1, "ortlab": 1.3, "ortlab-frozen": 1.2, "ort": 1.0},
+    )
+    split = _result("bert", {"inductor": 1.0, "ortlab": 2.0, "ort": 1.5})
+    failed = _result(
+        "gpt2", {"inductor": 2.0, "ortlab": 1.0, "ort": 1.0}, errors_={"ortlab": "boom"}
+    )
+    rows = _corpus.target_rows(
+        [fast, slow, split, failed],
+        {"resnet_tiny": True, "resnet18": True, "bert": False, "gpt2": None},
+    )
+    assert rows == [
+        ["resnet_tiny", "yes", "1.05 met", "1.20 met", "0.80 met"],
+        ["resnet18", "yes", "1.20 missed", "1.30 missed", "1.18 missed"],
+        [
+            "bert",
+            "no",
+            "not one partition",
+            "not one partition",
+            "floor behind inductor (1.50)",
+        ],
+        ["gpt2", "?", "not one partition", "not one partition", "n/a"],
+    ]
+    summary = _corpus.target_summary(rows)
+    assert [(met, missed) for _, met, missed in summary] == [(1, 1), (1, 1), (1, 1)]
+
+
+def test_corpus_markdown_has_spreads_targets_and_first_calls():
+    result = _result(
+        "resnet_tiny",
+        {"eager": 2.0, "ortlab": 1.2, "ort": 1.0},
+        steps={
+            "ortlab": {"dynamo": 1.0, "lower": 0.5, "translate": 0.1, "registry": 0.4},
+            "ort": {"export": 1.5, "session": 0.25, "first_run": 0.25},
+        },
+    )
+    markdown = _corpus.corpus_markdown([result], {"resnet_tiny": True}, machine={"cores": 2})
+    assert "| resnet_tiny | vision | yes | 2.00 (1.80–2.40) | 1.20 (1.08–1.44) |" in markdown
+    assert (
+        "## Targets" in markdown and "| resnet_tiny | yes | n/a | 1.20 met | n/a |" in markdown
+    )
+    # ortlab first call, dynamo, lower, translate, session, first_run, other; ort's
+    assert (
+        "| resnet_tiny | 2.00 | 1.00 | 0.50 | 0.10 | 0.00 | 0.00 | 0.40 | 2.00 | 1.50 | "
+        "0.25 |  |" in markdown
+    )
+
+
+def test_ortlab_bench_corpus_passes_selection_fast_backends_and_threads(monkeypatch):
+    seen = {}
+
+    def fake_run_corpus(out_dir, **kwargs):
+        seen.update(out_dir=out_dir, **kwargs)
+        return "# corpus"
+
+    monkeypatch.setattr(_corpus, "run_corpus", fake_run_corpus)
+    argv = ["bench", "--corpus", "ci,resnet18", "--out", "o", "--fast", "--threads", "1"]
+    assert cli.main([*argv, "--backends", "eager,ortlab"]) == 0
+    assert seen == {
+        "out_dir": "o",
+        "selection": "ci,resnet18",
+        "fast": True,
+        "backends": ["eager", "ortlab"],
+        "threads": 1,
+    }
+    assert cli.main(["bench", "--corpus"]) == 0
+    assert seen["selection"] is None and seen["backends"] is None
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--corpus", "--models", "mlp"])
+
+
+@pytest.mark.slow
+def test_run_corpus_fast_writes_the_report_and_reads_one_partition_from_the_records(
+    tmp_path,
+):
+    markdown = _corpus.run_corpus(
+        tmp_path, selection="resnet_tiny", fast=True, backends=("eager", "ortlab", "ort")
+    )
+    assert (tmp_path / "corpus.md").read_text(encoding="utf-8") == markdown
+    data = json.loads((tmp_path / "corpus.json").read_text(encoding="utf-8"))
+    assert data["one_partition"] == {"resnet_tiny": True}
+    [model] = data["models"]
+    assert {r["backend"]: r["error"] for r in model["results"]} == dict.fromkeys(
+        ("eager", "ortlab", "ort"), ""
+    )
+    steps = model["first_call_steps"]
+    assert set(steps["ort"]) == {"export", "session", "first_run"}
+    assert {"dynamo", "lower", "translate", "session"} <= set(steps["ortlab"])
+    assert "| resnet_tiny | yes |" in markdown and "## First call" in markdown
+    assert (tmp_path / "corpus.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
