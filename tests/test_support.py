@@ -175,3 +175,12 @@ def test_source_is_the_innermost_frame_outside_torch():
     assert _support.user_source(node) == "torch/nn/functional.py:1700 in relu"
     del node.meta["stack_trace"]
     assert _support.user_source(node) == ""
+
+
+def test_dynamo_resume_functions_and_notebook_cells_read_as_people_name_them():
+    assert _support.function_name("forward") == "forward"
+    assert (
+        _support.function_name("torch_dynamo_resume_in_forward_at_11")
+        == "forward (resumed after line 11)"
+    )
+    assert _support.short_path("/tmp/ipykernel_4242/497510299.py") == "cell"

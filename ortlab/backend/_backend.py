@@ -63,8 +63,8 @@ class _Origin:
         info = self.info
         frame = ""
         if info.user_stack:
-            file, line, name, _ = info.user_stack[0]
-            frame = f"{name} ({_support.short_path(file)}:{line})"
+            file, _, name, _ = info.user_stack[0]
+            frame = f"{_support.function_name(name)} ({_support.short_path(file)})"
         break_source = ""
         if info.graph_break and info.user_stack:
             file, line, _, code = info.user_stack[-1]

@@ -84,11 +84,26 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\s*$')
 
 
+_RESUMED = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
+
+
+def function_name(name: str) -> str:
+    """A code object's name as people read it: Dynamo's resume functions (the code after
+    a graph break, ``torch_dynamo_resume_in_forward_at_11``) read ``"forward (resumed
+    after line 11)"``."""
+    match = _RESUMED.match(name)
+    if match is None:
+        return name
+    return f"{match['name']} (resumed after line {match['line']})"
+
+
 def short_path(path: str) -> str:
-    """A path as people read it: from the package down when installed
-    (``transformers/models/gpt2/modeling_gpt2.py``), else relative to the working
-    directory when under it, else the file name."""
+    """A path as people read it: ``"cell"`` for a notebook cell, from the package down
+    when installed (``transformers/models/gpt2/modeling_gpt2.py``), else relative to the
+    working directory when under it, else the file name."""
     absolute = os.path.abspath(path)
+    if os.path.basename(os.path.dirname(absolute)).startswith("ipykernel_"):
+        return "cell"  # a notebook cell (ipykernel names its code after a hash)
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
         if marker in absolute:
             return absolute.split(marker, 1)[1]
@@ -122,7 +137,7 @@ def user_source(node: torch.fx.Node) -> str:
         return ""
     outside = [f for f in frames if not os.path.abspath(f[0]).startswith(_TORCH_DIR)]
     file, line, name, code = (outside or frames)[-1]
-    text = f"{short_path(file)}:{line} in {name}"
+    text = f"{short_path(file)}:{line} in {function_name(name)}"
     return f"{text}: {code}" if code else text
 
 

@@ -324,7 +324,8 @@ class GraphRecord:
     """What ortlab fell back to while compiling this graph, and why (e.g. the make_fx
     lowering failed and AOTAutograd lowered it); ``""`` when nothing fell back."""
     frame: str = ""
-    """The user's function Dynamo compiled, ``"forward (model.py:10)"``."""
+    """The user's function Dynamo compiled, ``"forward (model.py)"``; code after a graph
+    break is a function of its own, ``"forward (resumed after line 11) (model.py)"``."""
     recompile_reason: str | None = None
     """The guard that failed and made Dynamo compile the frame again (a new dtype, a
     new static size…); ``None`` for a first compile."""
