@@ -237,3 +237,19 @@ def test_batch_norm_in_training_mode_runs_in_ort(grad):
         assert eager == []
     else:  # running_mean, running_var, num_batches_tracked: one write-back each
         assert [v.target for v in eager] == ["aten.copy_.default"] * 3
+
+
+def test_floats_an_op_needs_as_constants_are_specialised():
+    # dynamic=True makes Python floats graph inputs; ReLU6's bounds (hardtanh's min/max)
+    # must be constants in ONNX: Dynamo's tensorify pass specialises them.
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU6(), nn.LayerNorm(6, eps=1e-3))
+    compiled = ortlab.compile(copy.deepcopy(model), dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    backend = compiled.ortlab_backend
+    assert backend.summary()["failed_partitions"] == 0, [p.error for p in backend.partitions]
+    assert all(g.eager_node_names == () for g in backend.graphs)
+    targets = [v.target for g in backend.graphs for v in g.verdicts]
+    assert not any("_local_scalar_dense" in t for t in targets)

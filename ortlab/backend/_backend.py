@@ -36,6 +36,7 @@ from ortlab.backend import (
     _export,
     _options,
     _partition,
+    _sizes,
     _support,
     _torch_private,
     records,
@@ -203,6 +204,10 @@ class OrtBackend:
         """
         start = time.perf_counter()
         context = self._partition_context()
+        if _sizes.reads_intermediate_sizes(graph_module):
+            # Size arithmetic from the inputs, not from intermediates (see _sizes).
+            graph_module = _export.copy_graph_module(graph_module)
+            _sizes.sizes_from_inputs(graph_module)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
         # the graph exactly as received.
         work = _export.copy_graph_module(graph_module)

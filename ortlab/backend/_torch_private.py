@@ -21,7 +21,8 @@
 #             RestartAnalysis / SkipFrame (control flow); OptimizedModule.dynamo_ctx and
 #             _torchdynamo_orig_backend (a compiled callable's backend);
 #             Tensor._dynamo_static_input_type (module state)
-#   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode)
+#   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode);
+#             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats)
 #   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
 #
 # When an import or signature check of the direct translation fails,
@@ -537,7 +538,25 @@ def lower_to_aten(
     # read with .item()); they would run eagerly on every call. Mutations are impure and stay.
     lowered.graph.eliminate_dead_code()
     lowered.recompile()
+    if fake_mode is not None and fake_mode.shape_env is not None:
+        tensorify_python_scalars(lowered, fake_mode)
     return lowered
+
+
+def tensorify_python_scalars(graph_module: torch.fx.GraphModule, fake_mode: Any) -> None:
+    """Dynamo's pass for the floats it made graph inputs (``dynamic=True`` turns Python
+    floats such as a config's ``eps``, or ReLU6's bounds, into 0-d tensors read with
+    ``.item()``), as AOTAutograd runs it after its trace: float arithmetic becomes tensor
+    ops, and a float an op needs as a constant (``hardtanh``'s bounds, which torchlib
+    takes as attributes) is specialised — Dynamo then restarts its analysis with that
+    float a constant (``TensorifyScalarRestartAnalysis``, which ortlab lets through), so
+    it is no longer an input at all.
+    """
+    from torch.fx.passes import _tensorify_python_scalars
+
+    _tensorify_python_scalars.tensorify_python_scalars(
+        graph_module, fake_mode.shape_env, fake_mode
+    )
 
 
 @functools.cache
