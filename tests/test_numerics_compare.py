@@ -79,3 +79,9 @@ def test_intermediate_rule_scales_atol_with_operand_magnitude():
     # Below magnitude 1 the intermediate rule is the output rule.
     small = numerics.compare_tensors("t", torch.tensor([2e-5]), torch.zeros(1), scale=0.5)
     assert not small.passed and small.atol == 1e-5
+
+
+def test_float64_rule_allows_twice_eagers_error_and_floors_it_at_the_magnitude():
+    assert numerics._compare.float64_allowed(1e-3, scale=1.0) == 2e-3
+    # Eager rounding exactly onto float64 does not ask ortlab for zero error.
+    assert numerics._compare.float64_allowed(0.0, scale=10.0) == pytest.approx(2e-5)

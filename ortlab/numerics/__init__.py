@@ -11,7 +11,14 @@ model, and compares at three levels:
   and its inputs against an all-eager run of the same graph (the error *carried in*);
 - **nodes**: inside a partition that fails, every intermediate FX node against the ONNX
   value it became, both as the error accumulated so far and as the node's *own* error,
-  and the **first divergent node**.
+  and the **first divergent node**;
+- **decision flips**: nodes with a discrete result (comparisons, argmax or max-pool
+  indices) that differ from the all-eager run while their operands agree within
+  tolerance: rounding that crossed a discontinuity, after which results (gradients
+  especially) differ legitimately. ``report.first_cause`` is the first flip or divergent
+  node in execution order; ``reference="float64"`` says whether ortlab is as close to a
+  float64 run as eager is; ``report.save_repro(dir)`` writes the partition run to look at
+  as an ONNX test case.
 
 ``sweep=`` repeats the comparison over execution providers, graph optimisation levels or
 any backend option, with latency, to show what each configuration changes numerically.
@@ -19,8 +26,9 @@ any backend option, with latency, to show what each configuration changes numeri
 Modules: ``_compare`` (the one comparator and its tolerance and NaN/Inf rules),
 ``_records`` (the results, plain data), ``_runner`` (both sides of a call),
 ``_interpret`` and ``_debug`` (eager references and debug ONNX sessions), ``_localise``
-(partitions and nodes), ``_sweep``, ``_diff`` (the entry point). HTML, tables and plots of
-a report are in :mod:`ortlab.views.numerics`.
+(partitions and nodes), ``_flips`` (decision flips), ``_reference`` (the float64 run),
+``_repro`` (``save_repro``), ``_sweep``, ``_diff`` (the entry point). HTML, tables and
+plots of a report are in :mod:`ortlab.views.numerics`.
 """
 
 from __future__ import annotations
@@ -33,9 +41,13 @@ from ortlab.numerics._compare import (
 )
 from ortlab.numerics._diff import diff
 from ortlab.numerics._records import (
+    DecisionFlip,
     DiffReport,
+    FlipValue,
+    Float64Reference,
     NodeDiff,
     PartitionDiff,
+    ReferenceDiff,
     SweepRow,
     TensorDiff,
 )
@@ -48,6 +60,10 @@ __all__ = [
     "TensorDiff",
     "PartitionDiff",
     "NodeDiff",
+    "DecisionFlip",
+    "FlipValue",
+    "Float64Reference",
+    "ReferenceDiff",
     "SweepRow",
     # The comparator
     "compare_tensors",

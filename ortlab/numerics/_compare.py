@@ -24,6 +24,9 @@ Rules
   element has ``|ort - eager| > atol * max(1, scale) + rtol * |eager|``, ``scale`` being
   the largest finite magnitude among the node's eager value and its op's operands (see
   the NOTE below).
+- Against a float64 run (:func:`float64_allowed`): a result is as close to float64 as
+  eager's when its largest error to it is at most ``FLOAT64_FACTOR`` (2) times eager's,
+  eager's being taken as at least ``FLOAT64_FLOOR`` (1e-6) times the result's magnitude.
 """
 
 # NOTE: what counts as a divergence inside a partition, and why.
@@ -70,6 +73,14 @@ _DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.complex64: (1e-5, 1.3e-6),
     torch.complex128: (1e-7, 1e-7),
 }
+
+FLOAT64_FACTOR = 2.0
+"""A result is as close to float64 as eager's when its error is at most this times eager's."""
+
+FLOAT64_FLOOR = 1e-6
+"""Eager's error to float64 is taken as at least this times the result's magnitude (about
+eight float32 units in the last place), so that a reference eager happens to round exactly
+to does not ask the impossible."""
 
 SAMPLE_SIZE = 20_000
 """Elements kept per output for histograms and scatter plots (an even stride)."""
@@ -305,6 +316,12 @@ def compare_outputs(
             )
         )
     return diffs
+
+
+def float64_allowed(eager_error: float, scale: float) -> float:
+    """The largest error to a float64 run that is as close as eager's ``eager_error``, for
+    a result of magnitude ``scale`` (module docstring)."""
+    return FLOAT64_FACTOR * max(eager_error, FLOAT64_FLOOR * scale)
 
 
 def max_abs_error(diffs: list[_records.TensorDiff]) -> float:

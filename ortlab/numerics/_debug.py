@@ -73,7 +73,7 @@ def _debug_model(model: onnx.ModelProto, values: Sequence[str]) -> onnx.ModelPro
     return debug
 
 
-def _model_inputs(capture: Capture, model: onnx.ModelProto) -> list[Any]:
+def model_inputs(capture: Capture, model: onnx.ModelProto) -> list[Any]:
     """The captured partition inputs in the order of the model's inputs (frozen
     parameters are initializers, not inputs)."""
     placeholders = capture.partition.input_names
@@ -100,11 +100,11 @@ def run_debug_model(
     model = _debug_model(record.model, values)
     session = ortlab.backend.create_session(
         model,
-        like=_model_inputs(capture, model),
+        like=model_inputs(capture, model),
         options=options,
         providers=record.providers,
     )
-    results = session.run(_model_inputs(capture, model))
+    results = session.run(model_inputs(capture, model))
     out = {n: r.detach().cpu() for n, r in zip(session.output_names, results)}
     # The debug copy must reproduce what ORT returned, or its intermediates mean little
     # (extra outputs can stop a fusion and change rounding).

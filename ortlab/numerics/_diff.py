@@ -15,7 +15,7 @@ import torch
 
 import ortlab.backend
 from ortlab import _harness, errors
-from ortlab.numerics import _compare, _localise, _records, _runner, _sweep
+from ortlab.numerics import _compare, _localise, _records, _reference, _runner, _sweep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +150,7 @@ def diff(
     nodes: bool | None = None,
     repeat: int = 5,
     options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
+    reference: str | None = None,
     **backend_options: Any,
 ) -> _records.DiffReport:
     """Compares an ortlab-compiled call of ``fn`` with eager PyTorch on the same inputs.
@@ -178,6 +179,9 @@ def diff(
             every partition, ``False`` never.
         repeat: Timed calls per sweep configuration (the median is reported).
         options: An ``OrtBackendOptions`` (or dict) to start from.
+        reference: ``"float64"``: also run the call eagerly in float64 and say whether
+            ortlab is as close to it as eager is (``report.reference``; it costs a float64
+            run). Use it to judge a decision flip (``report.flips``).
         **backend_options: ``OrtBackendOptions`` fields, e.g. ``pre_ort_model_transforms``,
             ``excluded_ops``.
 
@@ -185,17 +189,23 @@ def diff(
         A :class:`~ortlab.numerics.DiffReport`.
 
     Raises:
-        UnsupportedOptionError: an unknown backend option or sweep key.
+        UnsupportedOptionError: an unknown backend option, sweep key or reference.
     """
     if not callable(fn):
         raise errors.UnsupportedOptionError(
             f"ortlab.diff needs a module or function to call; got {type(fn).__name__}."
+        )
+    if reference not in (None, "float64"):
+        raise errors.UnsupportedOptionError(
+            f"ortlab.diff(reference={reference!r}): the reference is 'float64' or None."
         )
     if sweep:
         _sweep.configurations(sweep)  # a bad sweep fails before anything runs
 
     request = _Request(fn, args, atol, rtol, backward, dynamic, nodes, options)
     report, runs = request.once(backend_options)
+    if reference == "float64":
+        report.reference = _reference.float64_reference(fn, args, runs, backward=backward)
     if sweep:
         report.sweep = _sweep.run_sweep(
             sweep,

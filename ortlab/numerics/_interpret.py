@@ -3,7 +3,8 @@
 - :class:`RecordingInterpreter` runs one partition's FX graph on the inputs ONNX Runtime
   received and keeps every node's value;
 - :class:`AllEagerInterpreter` runs a whole partitioned graph with every partition in
-  PyTorch, recording what each partition receives (the error *carried in*);
+  PyTorch, recording what each partition receives (the error *carried in*) and, where
+  asked, values inside partitions (decision flips);
 - :func:`local_value` runs one node on given operand values (a node's *own* error);
 - :class:`OperandScales` gives each node the magnitude the intermediate tolerance scales
   with (:mod:`ortlab.numerics._compare`).
@@ -16,7 +17,7 @@ Runtime hands over contiguous tensors.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -67,14 +68,22 @@ def live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
 
 class AllEagerInterpreter(RecordingInterpreter):
     """Runs a partitioned graph with every partition in PyTorch (its eager submodule),
-    recording the arguments each partition receives and what it returns."""
+    recording the arguments each partition receives and what it returns, and the values of
+    the nodes ``keep`` names inside each partition (``partition_values``)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, eager: Mapping[str, torch.fx.GraphModule]):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        eager: Mapping[str, torch.fx.GraphModule],
+        keep: Mapping[str, Collection[str]] | None = None,
+    ):
         super().__init__(gm, keep=False)
         self.eager = eager
+        self.keep = keep or {}
         self.live = live_nodes(gm.graph)
         self.partition_args: dict[str, tuple[Any, ...]] = {}
         self.partition_outputs: dict[str, Any] = {}
+        self.partition_values: dict[str, dict[str, Any]] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n not in self.live and n.op != "placeholder":  # placeholders consume arguments
@@ -84,10 +93,19 @@ class AllEagerInterpreter(RecordingInterpreter):
     def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target in self.eager:
             self.partition_args[target] = tuple(args)
-            out = RecordingInterpreter(self.eager[target], keep=False).run(*args)
+            names = self.keep.get(target)
+            interp = RecordingInterpreter(self.eager[target], keep=bool(names))
+            out = interp.run(*args)
             self.partition_outputs[target] = out
+            if names:
+                self.partition_values[target] = kept_values(interp.env, names)
             return out
         return super().call_module(target, args, kwargs)
+
+
+def kept_values(env: Mapping[torch.fx.Node, Any], names: Collection[str]) -> dict[str, Any]:
+    """The values of the nodes called ``names`` in an interpreter's ``env``, by name."""
+    return {node.name: value for node, value in env.items() if node.name in names}
 
 
 def local_value(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> Any:

@@ -1,30 +1,36 @@
-"""Where a difference comes from: each partition run, and the nodes inside a failing one.
+"""Where a difference comes from: each partition run, the nodes inside a failing one, and
+decisions that flipped.
 
 For every partition run captured during the compiled call:
 
 - its ONNX Runtime outputs against its own FX subgraph run eagerly on exactly the inputs
   ONNX Runtime received (the *local* error, :attr:`PartitionDiff.outputs`);
 - its inputs and outputs against an all-eager run of the whole partitioned graph on the
-  same graph inputs and RNG state (the error *carried in*, and the *total* error);
+  same graph inputs and RNG state (the error *carried in*, and the *total* error); a
+  backward graph's all-eager run starts from its forward graph's all-eager outputs (the
+  activations AOTAutograd saved), so what the forward did differently is carried in;
 - inside a failing partition (or every one with ``nodes=True``), every FX node against
   the ONNX value it became (accumulated error) and against its op run on the ONNX values
   of its operands (its *own* error); the first node whose own error is beyond tolerance is
-  the *first divergent node*.
+  the *first divergent node*;
+- every node with a discrete result against the all-eager run: the *decision flips*
+  (:mod:`ortlab.numerics._flips`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
 
-from ortlab.numerics import _compare, _debug, _interpret, _records, _runner
+from ortlab.numerics import _compare, _debug, _flips, _interpret, _records, _runner
 
 if TYPE_CHECKING:
-    from ortlab.backend import OrtBackend, OrtBackendOptions, PartitionRecord
+    from ortlab.backend import GraphRecord, OrtBackend, OrtBackendOptions, PartitionRecord
 
 
 def _compare_nodes(
@@ -163,13 +169,17 @@ def _compatible(meta: Any, value: Any) -> bool:
 
 
 def _bind_placeholders(
-    gm: torch.fx.GraphModule, captures: Sequence[_runner.Capture], known: Mapping[str, Any]
+    gm: torch.fx.GraphModule,
+    captures: Sequence[_runner.Capture],
+    known: Mapping[str, Any],
+    reference: Mapping[str, Any],
 ) -> tuple[list[Any] | None, str]:
-    """Values of a partitioned graph's placeholders, recovered from what its partitions
-    received, else from ``known`` values of earlier graphs by name (AOTAutograd names a
-    backward graph's saved inputs after the forward nodes that made them); SymInt
-    placeholders are bound from tensor shapes. ``None`` and a reason when an input no
-    partition saw is needed."""
+    """Values of a partitioned graph's placeholders for its all-eager run: ``reference``
+    values (the all-eager outputs of the forward graph a backward graph belongs to) where
+    they fit, else what its partitions received, else ``known`` values of earlier graphs
+    by name (AOTAutograd names a backward graph's saved inputs after the forward nodes
+    that made them); SymInt placeholders are bound from tensor shapes. ``None`` and a
+    reason when an input no partition saw is needed."""
     values: dict[str, Any] = {}
     calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
     for cap in captures:
@@ -185,6 +195,14 @@ def _bind_placeholders(
         if node.name not in values and node.name in known and node in live:
             if _compatible(node.meta.get("val"), known[node.name]):
                 values[node.name] = known[node.name]
+    for node in placeholders:
+        eager = reference.get(node.name)
+        if node in live and _compatible(node.meta.get("val"), eager):
+            seen = values.get(node.name)
+            if isinstance(seen, torch.Tensor) and isinstance(eager, torch.Tensor):
+                if seen.shape != eager.shape:
+                    continue
+            values[node.name] = eager
     symbols: dict[Any, int] = {}
     for node in placeholders:
         meta, value = node.meta.get("val"), values.get(node.name)
@@ -207,6 +225,24 @@ def _bind_placeholders(
     return out, ""
 
 
+def _named_outputs(gm: torch.fx.GraphModule, out: Any) -> dict[str, Any]:
+    """A graph's output values by the names of the nodes they are in ``gm``, the graph as
+    AOTAutograd made it (partitioning renames them, ``getitem_3`` of a partition call)."""
+    node = next(n for n in gm.graph.nodes if n.op == "output")
+    args = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return {a.name: v for a, v in zip(args, outs) if isinstance(a, torch.fx.Node)}
+
+
+def _forward_of(backend: OrtBackend, graph: GraphRecord) -> int | None:
+    """The index of the forward graph a backward graph belongs to (AOTAutograd compiles a
+    backward right after its forward)."""
+    before = graph.index - 1
+    if graph.kind == "backward" and before >= 0 and backend.graphs[before].kind == "forward":
+        return before
+    return None
+
+
 def _carried_in(
     backend: OrtBackend,
     captures: Sequence[_runner.Capture],
@@ -215,11 +251,21 @@ def _carried_in(
     atol: float | None,
     rtol: float | None,
     rng_state: _runner.RngState,
-) -> None:
+    keep: Mapping[tuple[int, str], Collection[str]],
+) -> dict[int, dict[str, Any]]:
     """Fills ``carried_in`` and ``total_error``: each partition's inputs and outputs
     against an all-eager run of its graph on the same graph inputs (and RNG state, so
-    eager random ops such as dropout draw what they drew in the compiled run)."""
+    eager random ops such as dropout draw what they drew in the compiled run). A backward
+    graph's all-eager run starts from its forward graph's all-eager outputs, so that what
+    the forward did differently is carried into the backward.
+
+    Returns:
+        By capture index, the all-eager values of the nodes ``keep`` names for that
+        partition (by graph index and partition name).
+    """
     known: dict[str, Any] = {}  # values seen so far by FX name, across graphs
+    eager_outputs: dict[int, dict[str, Any]] = {}  # all-eager graph outputs, by name
+    kept: dict[int, dict[str, Any]] = {}
     for graph in backend.graphs:
         gm = graph.partitioned
         mine = [
@@ -235,7 +281,9 @@ def _carried_in(
             for i, _ in mine:
                 results[i].notes.append(note)
             continue
-        values, why = _bind_placeholders(gm, [c for _, c in mine], known)
+        forward = _forward_of(backend, graph)
+        reference = eager_outputs.get(forward, {}) if forward is not None else {}
+        values, why = _bind_placeholders(gm, [c for _, c in mine], known, reference)
         for _, cap in mine:
             known.update(zip(cap.partition.input_names, cap.inputs))
             known.update(zip(cap.partition.output_names, cap.outputs))
@@ -244,12 +292,13 @@ def _carried_in(
                 results[i].notes.append(f"no all-eager reference: {why}")
             continue
         eager = {p.name: p.graph_module for p in graph.partitions}
-        interp = _interpret.AllEagerInterpreter(gm, eager)
+        wanted = {p.name: keep[(graph.index, p.name)] for p in graph.partitions}
+        interp = _interpret.AllEagerInterpreter(gm, eager, keep=wanted)
         try:
             with torch.no_grad():
                 rng_state.restore()
                 # Clones: ops such as batch norm update their inputs in place.
-                interp.run(*(_runner.clone_value(v) for v in values))
+                out = interp.run(*(_runner.clone_value(v) for v in values))
         except Exception as e:
             for i, _ in mine:
                 results[i].notes.append(
@@ -257,8 +306,12 @@ def _carried_in(
                     f"({type(e).__name__}: {e})"
                 )
             continue
+        eager_outputs[graph.index] = _named_outputs(graph.graph_module, out)
         for i, cap in mine:
             _fill_carried_in(results[i], cap, interp, atol=atol, rtol=rtol)
+            if cap.partition.name in interp.partition_values:
+                kept[i] = interp.partition_values[cap.partition.name]
+    return kept
 
 
 def _fill_carried_in(
@@ -293,8 +346,10 @@ def _partition_run(
     rtol: float | None,
     nodes: bool | None,
     options: OrtBackendOptions,
-) -> _records.PartitionDiff:
-    """One partition run: its local error and, when asked or failing, its nodes."""
+    keep: Collection[str],
+) -> tuple[_records.PartitionDiff, dict[str, Any]]:
+    """One partition run: its local error and, when asked or failing, its nodes; and the
+    values of the nodes ``keep`` names in its graph run eagerly on ONNX Runtime's inputs."""
     record = cap.partition
     result = _records.PartitionDiff(
         record.name,
@@ -311,7 +366,7 @@ def _partition_run(
     except Exception as e:
         result.state = "eager failed"
         result.notes.append(f"the FX subgraph failed eagerly: {type(e).__name__}: {e}")
-        return result
+        return result, {}
     eager_outs = eager_out if isinstance(eager_out, (tuple, list)) else (eager_out,)
     scales = _interpret.OperandScales(interp.env)
     output_node = next(n for n in record.graph_module.graph.nodes if n.op == "output")
@@ -335,7 +390,12 @@ def _partition_run(
             result.notes.append(
                 "the outputs diverge but no intermediate could be matched to ONNX"
             )
-    return result
+    return result, _interpret.kept_values(interp.env, keep)
+
+
+def _source(graph: GraphRecord, node: str) -> str:
+    verdict = graph.verdict(node)
+    return verdict.source if verdict is not None else ""
 
 
 def partition_diffs(
@@ -356,13 +416,44 @@ def partition_diffs(
     """
     runs: dict[tuple[int, str], int] = {}
     results: dict[int, _records.PartitionDiff] = {}
+    sites = {
+        (record.graph_index, record.name): _flips.sites(record.graph_module)
+        for record in backend.partitions
+    }
+    keep = {key: _flips.names_of(found) for key, found in sites.items()}
+    local: dict[int, dict[str, Any]] = {}
     for index, cap in enumerate(captures):
         key = (cap.partition.graph_index, cap.partition.name)
         runs[key] = runs.get(key, 0) + 1
-        results[index] = _partition_run(
-            cap, runs[key] - 1, atol=atol, rtol=rtol, nodes=nodes, options=backend.options
+        results[index], local[index] = _partition_run(
+            cap,
+            runs[key] - 1,
+            atol=atol,
+            rtol=rtol,
+            nodes=nodes,
+            options=backend.options,
+            keep=keep.get(key, ()),
         )
-    _carried_in(backend, captures, results, atol=atol, rtol=rtol, rng_state=rng_state)
+    eager = _carried_in(
+        backend, captures, results, atol=atol, rtol=rtol, rng_state=rng_state, keep=keep
+    )
+    for index, cap in enumerate(captures):
+        result = results[index]
+        found = sites.get((cap.partition.graph_index, cap.partition.name), [])
+        if found and result.state == "ort":
+            result.flips = _flips.find_flips(
+                cap,
+                result,
+                found,
+                eager.get(index),
+                local[index],
+                atol=atol,
+                rtol=rtol,
+                options=backend.options,
+                source=functools.partial(_source, backend.graphs[cap.partition.graph_index]),
+            )
+        if result.flips or not result.passed:
+            result.run_data = cap  # what save_repro writes
     ordered = [results[i] for i in range(len(captures))]
     seen = {(c.partition.graph_index, c.partition.name) for c in captures}
     for record in backend.partitions:

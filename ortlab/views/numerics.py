@@ -3,7 +3,7 @@
 - :func:`diff_table`: outputs and gradients, partitions, compared nodes or the sweep as a
   pandas DataFrame (the report's ``to_frame()`` & co. come here);
 - :func:`summary_html`: the report as light HTML (its ``_repr_html_``): verdict, first
-  divergent node, the tables — no plots, no graphs;
+  cause (a decision flip or the first divergent node), the tables — no plots, no graphs;
 - :func:`error_histograms` and :func:`error_scatter` (matplotlib);
 - :func:`fx_overlay` / :func:`onnx_overlay`: the error overlaid on a partition's FX graph
   and on its ONNX model;
@@ -39,7 +39,7 @@ from ortlab.views import _dot, _fragments, _graphs, _plots, _style
 if TYPE_CHECKING:
     import pandas
 
-    from ortlab.numerics import DiffReport, NodeDiff, PartitionDiff, TensorDiff
+    from ortlab.numerics import DecisionFlip, DiffReport, NodeDiff, PartitionDiff, TensorDiff
 
 __all__ = [
     "diff_table",
@@ -61,7 +61,7 @@ MAX_PLOTTED_TENSORS = 8
 
 # -- tables --------------------------------------------------------------------------------
 
-_TABLES = ("outputs", "partitions", "nodes", "sweep")
+_TABLES = ("outputs", "partitions", "nodes", "flips", "reference", "sweep")
 
 
 def diff_table(report: DiffReport, *, what: str = "outputs") -> pandas.DataFrame:
@@ -70,7 +70,8 @@ def diff_table(report: DiffReport, *, what: str = "outputs") -> pandas.DataFrame
     Args:
         report: The :class:`~ortlab.DiffReport`.
         what: ``"outputs"`` (outputs and gradients, ``kind`` says which),
-            ``"partitions"``, ``"nodes"`` or ``"sweep"``.
+            ``"partitions"``, ``"nodes"``, ``"flips"`` (decision flips), ``"reference"``
+            (against float64, empty unless computed) or ``"sweep"``.
 
     Raises:
         UnsupportedOptionError: ``what`` is none of those.
@@ -94,6 +95,15 @@ def diff_table(report: DiffReport, *, what: str = "outputs") -> pandas.DataFrame
     if what == "nodes":
         return pd.DataFrame(
             [n.row() for n in report.nodes], columns=list(_records.NodeDiff.COLUMNS)
+        )
+    if what == "flips":
+        return pd.DataFrame(
+            [f.row() for f in report.flips], columns=list(_records.DecisionFlip.COLUMNS)
+        )
+    if what == "reference":
+        tensors = report.reference.tensors if report.reference is not None else []
+        return pd.DataFrame(
+            [t.row() for t in tensors], columns=list(_records.ReferenceDiff.COLUMNS)
         )
     return pd.DataFrame(
         [r.row() for r in report.sweep], columns=list(_records.SweepRow.COLUMNS)
@@ -140,9 +150,35 @@ def _sweep_html(report: DiffReport) -> str:
     return _cells_table(_records.SweepRow.HEADERS, [r.cells() for r in report.sweep])
 
 
+def _flips_html(flips: Sequence[DecisionFlip]) -> str:
+    if not flips:
+        return ""
+    return "<h4>Decision flips</h4>" + _cells_table(
+        _records.DecisionFlip.HEADERS, [f.cells() for f in flips]
+    )
+
+
+def _reference_html(report: DiffReport) -> str:
+    reference = report.reference
+    if reference is None:
+        return ""
+    css = "ortlab-num-pass" if reference.as_close else "ortlab-num-fail"
+    parts = [
+        "<h4>Against float64</h4>",
+        f'<p class="{css}">{_html.esc(reference.summary())}</p>',
+        *(_fragments.note(n) for n in reference.notes),
+    ]
+    if reference.tensors:
+        parts.append(_cells_table(_records.ReferenceDiff.HEADERS, reference.cells()))
+    return "".join(parts)
+
+
 def _headline(report: DiffReport) -> str:
     css = "ortlab-num-pass" if report.passed else "ortlab-num-fail"
-    return f'<p class="{css}">{_html.esc(report.summary(first=False))}</p>'
+    line = report.verdict_line()  # the first cause and float64 get their own sections
+    if report.first_cause is None and report.cause_text():
+        line += f"; {report.cause_text()}"
+    return f'<p class="{css}">{_html.esc(line)}</p>'
 
 
 def _first_divergent_html(node: NodeDiff | None) -> str:
@@ -154,13 +190,31 @@ def _first_divergent_html(node: NodeDiff | None) -> str:
     )
 
 
+def _flip_html(flip: DecisionFlip, *, hint: bool) -> str:
+    """A decision flip, what it means and (with ``hint``) how to judge it."""
+    meaning = _records.FLIP_EXPLANATION + (f" {_records.FLIP_HINT}" if hint else "")
+    return (
+        f'<div class="ortlab-num-first"><b>first cause: decision flip</b>: '
+        f"{_html.esc(flip.describe())}<br>{_html.esc(meaning)}</div>"
+    )
+
+
+def _first_cause_html(report: DiffReport) -> str:
+    cause = report.first_cause
+    if isinstance(cause, _records.DecisionFlip):
+        return _flip_html(cause, hint=report.reference is None)
+    return _first_divergent_html(cause)
+
+
 def _summary_parts(report: DiffReport) -> list[str]:
-    """Verdict, first divergent node, notes, outputs and gradients."""
+    """Verdict, first cause, notes, outputs and gradients, decision flips, float64."""
     return [
         _headline(report),
-        _first_divergent_html(report.first_divergent),
+        _first_cause_html(report),
         *(_fragments.note(n) for n in report.notes),
         _tensors_html(report),
+        _flips_html(report.flips),
+        _reference_html(report),
     ]
 
 
@@ -172,9 +226,9 @@ _PARTITIONS_INTRO = (
 
 
 def summary_html(report: DiffReport) -> str:
-    """The report as light, self-contained HTML: verdict, first divergent node, notes and
-    the outputs, partitions and sweep tables (no plots or graphs: nothing optional is
-    imported)."""
+    """The report as light, self-contained HTML: verdict, first cause, notes and the
+    outputs, decision flips, float64, partitions and sweep tables (no plots or graphs:
+    nothing optional is imported)."""
     parts = _summary_parts(report)
     if report.partitions:
         parts += ["<h4>Partitions</h4>", _PARTITIONS_INTRO, _partitions_html(report)]
@@ -296,10 +350,14 @@ def _fill(node: NodeDiff | None) -> str:
     return _style.error_fill(None if d is None else d.ratio)
 
 
-def _node_stmt(key: str, label: str, fill: str, tooltip: str, *, first: bool) -> str:
+def _node_stmt(
+    key: str, label: str, fill: str, tooltip: str, *, first: bool, flip: bool = False
+) -> str:
     attrs = {"label": label, "fillcolor": fill, "tooltip": tooltip}
     if first:
         attrs.update(color=_style.FIRST_LINE, penwidth="3", xlabel="first divergent")
+    elif flip:
+        attrs.update(color=_style.FIRST_LINE, penwidth="3", xlabel="decision flip")
     return f"{_dot.quote(key)} {_dot.attrs(**attrs)};"
 
 
@@ -336,6 +394,7 @@ def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
     if record is None:
         return ""
     by_name = {n.node: n for n in part.nodes}
+    flips = {f.node: f for f in part.flips}
     first = part.first_divergent
     lines = _header(f"{part.label} FX")
     for node in record.graph_module.graph.nodes:
@@ -349,13 +408,16 @@ def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
             if nd is not None and nd.diff is not None:
                 own = nd.local_error
                 err = f"\nerr {_html.number(own if own is not None else nd.max_abs_error)}"
+            flip = flips.get(node.name)
+            tooltip = nd.describe() if nd is not None else f"{node.name} = {target}"
             lines.append(
                 _node_stmt(
                     node.name,
                     f"{node.name}\n{_short(target, 40)}{err}",
                     _fill(nd),
-                    nd.describe() if nd is not None else f"{node.name} = {target}",
-                    first=first is not None and first.node == node.name,
+                    flip.describe() if flip is not None else tooltip,
+                    first=flip is None and first is not None and first.node == node.name,
+                    flip=flip is not None,
                 )
             )
         for arg in node.all_input_nodes:
@@ -445,6 +507,7 @@ def partition_html(report: DiffReport, part: PartitionDiff, *, graphs: bool = Tr
         f"<h4>{_html.esc(part.label)} — {_verdict_html('pass' if part.passed else 'FAIL')}"
         "</h4>",
         _first_divergent_html(part.first_divergent),
+        _flips_html(part.flips),
         *(_fragments.note(n) for n in part.notes),
     ]
     if part.compared and not part.nodes:
@@ -462,8 +525,11 @@ def partition_html(report: DiffReport, part: PartitionDiff, *, graphs: bool = Tr
 
 
 def _shown_partitions(report: DiffReport) -> list[PartitionDiff]:
-    """Partitions worth a section: failing ones, or every one whose nodes were compared."""
-    return [p for p in report.partitions if p.compared and (not p.passed or p.nodes)]
+    """Partitions worth a section: failing ones, ones holding a decision flip, or every one
+    whose nodes were compared."""
+    return [
+        p for p in report.partitions if p.compared and (not p.passed or p.nodes or p.flips)
+    ]
 
 
 def numerics_html(report: DiffReport) -> str:
@@ -489,8 +555,9 @@ def numerics_html(report: DiffReport) -> str:
 def numerics_widget(report: DiffReport) -> Any:
     """The Numerics view as ipywidgets tabs: Summary, Partitions, Graphs, Sweep.
 
-    The Graphs tab draws one partition at a time (chosen in a dropdown, the first
-    divergent one preselected), so opening the widget costs one Graphviz layout.
+    The Graphs tab draws one partition at a time (chosen in a dropdown, the first failing
+    one preselected, else the one holding the first decision flip), so opening the widget
+    costs one Graphviz layout.
 
     Raises:
         MissingDependencyError: ipywidgets or matplotlib is not installed.
@@ -505,9 +572,11 @@ def numerics_widget(report: DiffReport) -> Any:
     compared = [p for p in report.partitions if p.compared]
     if compared:
         options = [
-            (p.label + ("" if p.passed else "  (FAIL)"), i) for i, p in enumerate(compared)
+            (p.label + ("" if p.passed else "  (FAIL)") + ("  (flip)" if p.flips else ""), i)
+            for i, p in enumerate(compared)
         ]
-        start = next((i for i, p in enumerate(compared) if not p.passed), 0)
+        target = report.repro_partition  # the first failing one, else the first cause's
+        start = next((i for i, p in enumerate(compared) if p is target), 0)
         picker = widgets.Dropdown(options=options, value=start, description="Partition")
         view = widgets.HTML()
 
