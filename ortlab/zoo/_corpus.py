@@ -20,7 +20,7 @@ with ``attn_implementation="eager"`` (matmul + softmax), which gives larger grap
 
 The ``ci`` subset (``corpus_names(ci=True)``) is the smallest model of each family, with a
 vision transformer next to the batch-norm CNN: ``resnet_tiny``, ``vit_tiny``, ``bert``,
-``gpt2`` (and its decode step), ``bart``, ``wav2vec2`` and ``clip``; each compiles with
+``gpt2`` (and its decode step), ``t5``, ``wav2vec2`` and ``clip``; each compiles with
 ``backend="aot_eager"`` in a few seconds.
 
 ``transformers`` is imported only when a builder runs.
@@ -1034,6 +1034,7 @@ _ENCODER_DECODERS: tuple[ZooModel, ...] = (
             decoder_start_token_id=0,
         ),
         _seq2seq(400),
+        ci=True,
     ),
     _model(
         "bart",
@@ -1042,9 +1043,6 @@ _ENCODER_DECODERS: tuple[ZooModel, ...] = (
         f"BartModel, 1+1 layers, d 32, seq {_SEQ} with padding / 8 decoder tokens, SDPA",
         _builder(_Seq2Seq, "BartModel", "BartConfig", **_BART_LIKE),
         _seq2seq(401),
-        # BART rather than T5 in the ci subset: about a third less compile time (T5's
-        # relative position buckets add many small ops).
-        ci=True,
     ),
     _model(
         "marian",
