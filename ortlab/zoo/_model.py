@@ -1,4 +1,4 @@
-"""The :class:`ZooModel` record and the helpers every zoo builder shares."""
+"""The :class:`ZooModel` record and the functions every zoo builder shares."""
 
 from __future__ import annotations
 
