@@ -15,7 +15,7 @@ from torch import nn
 
 import ortlab
 from ortlab import errors, zoo
-from ortlab.numerics import _records
+from ortlab.numerics import _findings
 from ortlab.views import numerics
 
 
@@ -80,7 +80,7 @@ def test_a_relu_mask_flipped_by_rounding_is_the_first_cause_of_gradient_errors(r
     assert "test_numerics_flips.py" in flip.source and "x * self.scale - 0.5" in flip.source
     summary = report.summary()
     assert "first cause: decision flip at le" in summary
-    assert _records.FLIP_EXPLANATION in summary and "reference='float64'" in summary
+    assert _findings.FLIP_EXPLANATION in summary and "reference='float64'" in summary
     assert "accumulates" not in summary
     # The backward's all-eager reference starts from the forward's all-eager values: the
     # ReLU output saved for it carries the rounding in.
@@ -233,7 +233,7 @@ def test_save_repro_of_a_flip_writes_the_partition_holding_it(relu_flip, tmp_pat
         np.testing.assert_allclose(mine, eager, rtol=1e-6, atol=1e-7)
     readme = (tmp_path / "README.md").read_text()
     assert f"# ortlab repro: {part.label}" in readme
-    assert relu_flip.flips[0].describe() in readme and _records.FLIP_EXPLANATION in readme
+    assert relu_flip.flips[0].describe() in readme and _findings.FLIP_EXPLANATION in readme
     assert "matches eager on these inputs" in readme
 
 

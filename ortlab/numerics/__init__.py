@@ -24,10 +24,12 @@ model, and compares at three levels:
 any backend option, with latency, to show what each configuration changes numerically.
 
 Modules: ``_compare`` (the one comparator and its tolerance and NaN/Inf rules),
-``_records`` (the results, plain data), ``_runner`` (both sides of a call),
+``_tabular``, ``_records``, ``_findings`` and ``_report`` (the results, plain data),
+``_runner`` (both sides of a call, compiled afresh or already compiled),
 ``_interpret`` and ``_debug`` (eager references and debug ONNX sessions), ``_localise``
 (partitions and nodes), ``_flips`` (decision flips), ``_reference`` (the float64 run),
-``_repro`` (``save_repro``), ``_sweep``, ``_diff`` (the entry point). HTML, tables and
+``_repro`` (``save_repro``), ``_sweep``, ``_diff`` (the entry points: ``diff``, and
+``diff_compiled`` for a call compiled already — ``%ortcompile`` uses it). HTML, tables and
 plots of a report are in :mod:`ortlab.views.numerics`.
 """
 
@@ -39,22 +41,15 @@ from ortlab.numerics._compare import (
     default_tolerance,
     max_abs_error,
 )
-from ortlab.numerics._diff import diff
-from ortlab.numerics._records import (
-    DecisionFlip,
-    DiffReport,
-    FlipValue,
-    Float64Reference,
-    NodeDiff,
-    PartitionDiff,
-    ReferenceDiff,
-    SweepRow,
-    TensorDiff,
-)
+from ortlab.numerics._diff import diff, diff_compiled
+from ortlab.numerics._findings import DecisionFlip, FlipValue, Float64Reference, ReferenceDiff
+from ortlab.numerics._records import NodeDiff, PartitionDiff, TensorDiff
+from ortlab.numerics._report import DiffReport, SweepRow
 
 __all__ = [
-    # Entry point
+    # Entry points
     "diff",
+    "diff_compiled",
     # Results
     "DiffReport",
     "TensorDiff",

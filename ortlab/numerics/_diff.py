@@ -15,7 +15,7 @@ import torch
 
 import ortlab.backend
 from ortlab import _harness, errors
-from ortlab.numerics import _compare, _localise, _records, _reference, _runner, _sweep
+from ortlab.numerics import _compare, _localise, _records, _reference, _report, _runner, _sweep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,7 @@ class _Request:
 
     def once(
         self, backend_options: Mapping[str, Any]
-    ) -> tuple[_records.DiffReport, _runner.Runs]:
+    ) -> tuple[_report.DiffReport, _runner.Runs]:
         """One comparison with these backend options on top of ``options``."""
         options = ortlab.backend.OrtBackendOptions.from_value(self.options)
         merged = options.replace(**backend_options) if backend_options else options
@@ -41,7 +41,7 @@ class _Request:
 
     def timed_once(
         self, backend_options: Mapping[str, Any]
-    ) -> tuple[_records.DiffReport, Callable[[], None]]:
+    ) -> tuple[_report.DiffReport, Callable[[], None]]:
         """One comparison, and a callable running its compiled side again (the sweep)."""
         report, runs = self.once(backend_options)
         return report, runs.rerun
@@ -49,7 +49,7 @@ class _Request:
 
 def _diff_once(
     request: _Request, backend: ortlab.backend.OrtBackend
-) -> tuple[_records.DiffReport, _runner.Runs]:
+) -> tuple[_report.DiffReport, _runner.Runs]:
     """One comparison with ``backend``; also returns both sides' runs."""
     runs = _runner.run_both(
         request.fn, request.args, backend, backward=request.backward, dynamic=request.dynamic
@@ -71,7 +71,7 @@ def compare_runs(
     rtol: _compare.Tolerance = None,
     backward: bool = False,
     nodes: bool | None = None,
-) -> _records.DiffReport:
+) -> _report.DiffReport:
     """The report on two sides run already (:func:`_runner.run_both` or
     :func:`_runner.run_compiled`): outputs, gradients, every captured partition run.
 
@@ -125,7 +125,7 @@ def compare_runs(
             nodes=nodes,
             rng_state=runs.rng,
         )
-    return _records.DiffReport(
+    return _report.DiffReport(
         outputs,
         gradients,
         partitions,
@@ -152,7 +152,7 @@ def diff(
     options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
     reference: str | None = None,
     **backend_options: Any,
-) -> _records.DiffReport:
+) -> _report.DiffReport:
     """Compares an ortlab-compiled call of ``fn`` with eager PyTorch on the same inputs.
 
     Both sides start from the same RNG state; a module is deep-copied for each side, so
@@ -225,7 +225,7 @@ def diff_compiled(
     rtol: _compare.Tolerance = None,
     backward: bool = False,
     nodes: bool | None = None,
-) -> _records.DiffReport:
+) -> _report.DiffReport:
     """Compares a call compiled already with ortlab against its eager original.
 
     :func:`diff` without compiling again: the report is about the graphs, partitions and

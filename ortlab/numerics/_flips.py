@@ -45,7 +45,7 @@ import torch
 import torch.fx
 
 from ortlab.backend import _torch_private
-from ortlab.numerics import _compare, _debug, _interpret, _records
+from ortlab.numerics import _compare, _debug, _findings, _interpret, _records
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackendOptions
@@ -306,7 +306,7 @@ def _judge(
 
 def _values_at(
     site: Site, values: _RunValues, index: tuple[int, ...], shape: torch.Size
-) -> tuple[tuple[_records.FlipValue, ...], float | None]:
+) -> tuple[tuple[_findings.FlipValue, ...], float | None]:
     """The values shown at a flipped element, and a comparison's constant threshold."""
     name = site.result.name
     if site.item is not None or _packet(site.decider) in ("argmax", "argmin"):
@@ -324,7 +324,7 @@ def _values_at(
                 break
             choice = indices[index].item()
             shown.append(
-                _records.FlipValue(
+                _findings.FlipValue(
                     f"{first.name} at {whose}'s choice {choice}",
                     float(at_eager[index]),
                     float(at_ort[index]),
@@ -336,7 +336,7 @@ def _values_at(
         eager = _at(values.reference.get(node.name), shape, index)
         ort = _at(values.compiled(node.name), shape, index)
         if eager is not None and ort is not None:
-            shown.append(_records.FlipValue(label, eager, ort))
+            shown.append(_findings.FlipValue(label, eager, ort))
     threshold = None
     if _packet(site.decider) in _COMPARISONS:
         constants = [a for a in site.decider.args[:2] if isinstance(a, (int, float))]
@@ -356,7 +356,7 @@ def find_flips(
     rtol: float | None,
     options: OrtBackendOptions,
     source: Callable[[str], str],
-) -> list[_records.DecisionFlip]:
+) -> list[_findings.DecisionFlip]:
     """The decision flips of one partition run (module docstring).
 
     Args:
@@ -400,7 +400,7 @@ def find_flips(
         index = tuple(int(i) for i in torch.nonzero(flipped)[0])
         at_first, threshold = _values_at(site, values, index, ref.shape)
         flips.append(
-            _records.DecisionFlip(
+            _findings.DecisionFlip(
                 result.graph_index,
                 result.graph_kind,
                 result.name,

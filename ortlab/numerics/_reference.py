@@ -25,7 +25,7 @@ import torch
 
 from ortlab import _harness
 from ortlab.backend import _torch_private
-from ortlab.numerics import _compare, _records, _runner
+from ortlab.numerics import _compare, _findings, _runner
 
 
 def _float64(value: Any) -> Any:
@@ -70,7 +70,7 @@ def _distance(name: str, value: Any, exact: torch.Tensor) -> float:
 
 def float64_reference(
     fn: Any, args: Sequence[Any], runs: _runner.Runs, *, backward: bool
-) -> _records.Float64Reference:
+) -> _findings.Float64Reference:
     """Eager's and ortlab's outputs (and gradients) against the call run in float64.
 
     Args:
@@ -86,7 +86,7 @@ def float64_reference(
     try:
         outputs, grads = _run_float64(fn, args, runs, backward=backward)
     except Exception as e:
-        return _records.Float64Reference(
+        return _findings.Float64Reference(
             [], notes=[f"the float64 run failed: {type(e).__name__}: {e}"]
         )
     tensors = []
@@ -107,7 +107,7 @@ def float64_reference(
             scale = float(finite.abs().max()) if finite.numel() else 0.0
             eager_error = _distance(name, eager, exact)
             tensors.append(
-                _records.ReferenceDiff(
+                _findings.ReferenceDiff(
                     name,
                     kind,
                     eager_error,
@@ -115,4 +115,4 @@ def float64_reference(
                     _compare.float64_allowed(eager_error, scale),
                 )
             )
-    return _records.Float64Reference(tensors)
+    return _findings.Float64Reference(tensors)

@@ -16,10 +16,11 @@ import torch
 
 from ortlab import _html, errors
 from ortlab.backend import _testdata
-from ortlab.numerics import _debug, _interpret, _records, _runner
+from ortlab.numerics import _debug, _findings, _interpret, _runner
 
 if TYPE_CHECKING:
-    from ortlab.numerics._records import DiffReport, PartitionDiff
+    from ortlab.numerics._records import PartitionDiff
+    from ortlab.numerics._report import DiffReport
 
 
 def _eager_outputs(capture: _runner.Capture) -> list[Any]:
@@ -61,9 +62,9 @@ def _what_failed(report: DiffReport, part: PartitionDiff) -> list[str]:
         )
     cause = report.first_cause
     own = [x for x in (*part.flips, *part.nodes) if x is cause]
-    if own and isinstance(cause, _records.DecisionFlip):
+    if own and isinstance(cause, _findings.DecisionFlip):
         lines.append(f"- {cause.describe()}")
-        lines.append(f"- {_records.FLIP_EXPLANATION}")
+        lines.append(f"- {_findings.FLIP_EXPLANATION}")
     elif part.first_divergent is not None:
         node = part.first_divergent
         lines.append(f"- first divergent {node.describe()}")

@@ -16,14 +16,14 @@ from typing import Any
 import ortlab.backend
 from ortlab import errors
 from ortlab.bench import _engine
-from ortlab.numerics import _records
+from ortlab.numerics import _report
 
 _OPT_LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
 _SPECIAL_KEYS = ("providers", "graph_optimization_level")
 
 EAGER_LABEL = "eager (PyTorch)"
 
-DiffOnce = Callable[[Mapping[str, Any]], tuple[_records.DiffReport, Callable[[], None]]]
+DiffOnce = Callable[[Mapping[str, Any]], tuple[_report.DiffReport, Callable[[], None]]]
 """Runs one comparison with these backend options; returns its report and a callable
 that runs the compiled side again (what is timed)."""
 
@@ -108,10 +108,10 @@ def _backend_options(settings: Mapping[str, Any], base: Mapping[str, Any]) -> di
 
 
 def _row(
-    label_: str, settings: dict[str, Any], report: _records.DiffReport
-) -> _records.SweepRow:
+    label_: str, settings: dict[str, Any], report: _report.DiffReport
+) -> _report.SweepRow:
     tensors = [*report.outputs, *report.gradients]
-    return _records.SweepRow(
+    return _report.SweepRow(
         label_,
         settings,
         "ok",
@@ -133,7 +133,7 @@ def run_sweep(
     *,
     backend_options: Mapping[str, Any],
     repeat: int,
-) -> list[_records.SweepRow]:
+) -> list[_report.SweepRow]:
     """The eager row, then one row per configuration (see the module docstring).
 
     Args:
@@ -147,7 +147,7 @@ def run_sweep(
         UnsupportedOptionError: a bad sweep key or value.
     """
     available = set(ortlab.backend.available_providers())
-    rows = [_records.SweepRow(EAGER_LABEL, {}, "ok")]
+    rows = [_report.SweepRow(EAGER_LABEL, {}, "ok")]
     steps: dict[str, Callable[[], Any]] = {"0": eager_call}  # keyed by row index
     for settings in configurations(sweep):
         name = label(settings)
@@ -156,7 +156,7 @@ def run_sweep(
         ]
         if missing:
             rows.append(
-                _records.SweepRow(
+                _report.SweepRow(
                     name,
                     dict(settings),
                     f"skipped: {', '.join(missing)} not available in this onnxruntime "
@@ -170,7 +170,7 @@ def run_sweep(
             raise
         except Exception as e:
             rows.append(
-                _records.SweepRow(name, dict(settings), f"error: {type(e).__name__}: {e}")
+                _report.SweepRow(name, dict(settings), f"error: {type(e).__name__}: {e}")
             )
             continue
         steps[str(len(rows))] = rerun

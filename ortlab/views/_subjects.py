@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ortlab.numerics import _records
+from ortlab.numerics import _report
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, records
@@ -31,7 +31,7 @@ class Subject:
 
 def is_diff_report(obj: Any) -> bool:
     """Whether ``obj`` is a numerics :class:`~ortlab.DiffReport`."""
-    return isinstance(obj, _records.DiffReport)
+    return isinstance(obj, _report.DiffReport)
 
 
 def _one(name: str, obj: Any, diff: Any) -> Subject:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ortlab import _deps, _html, errors
 from ortlab.backend import records
-from ortlab.numerics import _records
+from ortlab.numerics import _findings, _records, _report, _tabular
 from ortlab.views import _dot, _fragments, _graphs, _plots, _style
 
 if TYPE_CHECKING:
@@ -98,15 +98,15 @@ def diff_table(report: DiffReport, *, what: str = "outputs") -> pandas.DataFrame
         )
     if what == "flips":
         return pd.DataFrame(
-            [f.row() for f in report.flips], columns=list(_records.DecisionFlip.COLUMNS)
+            [f.row() for f in report.flips], columns=list(_findings.DecisionFlip.COLUMNS)
         )
     if what == "reference":
         tensors = report.reference.tensors if report.reference is not None else []
         return pd.DataFrame(
-            [t.row() for t in tensors], columns=list(_records.ReferenceDiff.COLUMNS)
+            [t.row() for t in tensors], columns=list(_findings.ReferenceDiff.COLUMNS)
         )
     return pd.DataFrame(
-        [r.row() for r in report.sweep], columns=list(_records.SweepRow.COLUMNS)
+        [r.row() for r in report.sweep], columns=list(_report.SweepRow.COLUMNS)
     )
 
 
@@ -120,7 +120,7 @@ def _verdict_html(text: str) -> str:
 def _cells_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """An HTML table of records' display cells; the verdict column is coloured, every
     other cell escaped."""
-    verdict = headers.index(_records.VERDICT) if _records.VERDICT in headers else -1
+    verdict = headers.index(_tabular.VERDICT) if _tabular.VERDICT in headers else -1
     head = "".join(f"<th>{_html.esc(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"
@@ -147,14 +147,14 @@ def _nodes_html(nodes: Sequence[NodeDiff]) -> str:
 
 
 def _sweep_html(report: DiffReport) -> str:
-    return _cells_table(_records.SweepRow.HEADERS, [r.cells() for r in report.sweep])
+    return _cells_table(_report.SweepRow.HEADERS, [r.cells() for r in report.sweep])
 
 
 def _flips_html(flips: Sequence[DecisionFlip]) -> str:
     if not flips:
         return ""
     return "<h4>Decision flips</h4>" + _cells_table(
-        _records.DecisionFlip.HEADERS, [f.cells() for f in flips]
+        _findings.DecisionFlip.HEADERS, [f.cells() for f in flips]
     )
 
 
@@ -169,7 +169,7 @@ def _reference_html(report: DiffReport) -> str:
         *(_fragments.note(n) for n in reference.notes),
     ]
     if reference.tensors:
-        parts.append(_cells_table(_records.ReferenceDiff.HEADERS, reference.cells()))
+        parts.append(_cells_table(_findings.ReferenceDiff.HEADERS, reference.cells()))
     return "".join(parts)
 
 
@@ -192,7 +192,7 @@ def _first_divergent_html(node: NodeDiff | None) -> str:
 
 def _flip_html(flip: DecisionFlip, *, hint: bool) -> str:
     """A decision flip, what it means and (with ``hint``) how to judge it."""
-    meaning = _records.FLIP_EXPLANATION + (f" {_records.FLIP_HINT}" if hint else "")
+    meaning = _findings.FLIP_EXPLANATION + (f" {_findings.FLIP_HINT}" if hint else "")
     return (
         f'<div class="ortlab-num-first"><b>first cause: decision flip</b>: '
         f"{_html.esc(flip.describe())}<br>{_html.esc(meaning)}</div>"
@@ -201,7 +201,7 @@ def _flip_html(flip: DecisionFlip, *, hint: bool) -> str:
 
 def _first_cause_html(report: DiffReport) -> str:
     cause = report.first_cause
-    if isinstance(cause, _records.DecisionFlip):
+    if isinstance(cause, _findings.DecisionFlip):
         return _flip_html(cause, hint=report.reference is None)
     return _first_divergent_html(cause)
 
