@@ -193,21 +193,30 @@ class _Attention(nn.Module):
         super().__init__()
         self.qkv = nn.Linear(8, 24)
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
         q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 4).unbind(2)
         out = nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            is_causal=mask is None,
         )
         return out.transpose(1, 2).flatten(2)
 
 
-def test_training_attention_lowers_to_math_and_stays_in_one_partition():
+@pytest.mark.parametrize("masked", [False, True], ids=["causal", "boolean mask"])
+def test_training_attention_lowers_to_math_and_stays_in_one_partition(masked):
     model = _Attention()
     reference = copy.deepcopy(model)
     compiled = ortlab.compile(model)
     x = torch.randn(2, 5, 8)
-    compiled(x).pow(2).sum().backward()
-    reference(x).pow(2).sum().backward()
+    # A padding mask as transformers builds it: True where attention is allowed.
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril() if masked else None
+    if masked:
+        mask[1, :, :, 3:] = False
+    compiled(x, mask).pow(2).sum().backward()
+    reference(x, mask).pow(2).sum().backward()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
     backend = compiled.ortlab_backend

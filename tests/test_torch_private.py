@@ -213,6 +213,29 @@ def test_attention_as_math_traces_attention_without_fused_kernels():
     assert any("flash" in str(n.target) for n in plain.graph.nodes)
 
 
+@pytest.mark.parametrize("mask", ["bool", "bool, a fully masked row", "float", "causal"])
+def test_attention_as_math_matches_attention_for_every_kind_of_mask(mask):
+    q, k, v = (
+        torch.randn(2, 4, 6, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)
+    )
+    attn_mask, causal = None, mask == "causal"
+    if mask.startswith("bool"):
+        attn_mask = torch.ones(2, 1, 6, 6, dtype=torch.bool).tril()
+        if "fully" in mask:
+            attn_mask[0, 0, 2] = False
+    elif mask == "float":
+        attn_mask = torch.randn(2, 1, 6, 6)
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=causal, scale=0.3
+        )
+
+    expected = f(q, k, v)
+    with _torch_private.attention_as_math():
+        torch.testing.assert_close(f(q, k, v), expected)
+
+
 def test_dynamo_graph_info_reads_the_frame_being_compiled():
     seen = []
 

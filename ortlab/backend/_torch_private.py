@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import math as math_module
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -238,6 +239,12 @@ def _sdpa_math(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # As scaled_dot_product_attention does before dispatching: the math kernel takes
+        # an additive mask (-inf where attention is not allowed), not a boolean one.
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
+            attn_mask.logical_not(), -math_module.inf
+        )
     return math(
         query,
         key,
