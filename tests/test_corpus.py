@@ -476,6 +476,11 @@ def test_corpus_markdown_has_spreads_targets_and_first_calls():
     )
 
 
+def test_the_default_corpus_bench_set_is_the_ci_subset_and_real_corpus_models():
+    assert set(CI) <= set(_corpus.CORPUS_BENCH_MODELS)
+    assert _coverage.select(_corpus.CORPUS_BENCH_MODELS) == _corpus.CORPUS_BENCH_MODELS
+
+
 def test_ortlab_bench_corpus_passes_selection_fast_backends_and_threads(monkeypatch):
     seen = {}
 

@@ -106,9 +106,10 @@ class GradCheck:
     fp64_ok: bool = False
     """At every step, within tolerance or as close to float64 as eager."""
     output_error: float = math.nan
-    """Largest absolute error of the train-mode outputs to eager's."""
+    """Largest absolute error of the train-mode first output (the one the loss
+    projects) to eager's, over the steps."""
     output_passed: bool = True
-    """Train-mode outputs within the model's output tolerances of eager's."""
+    """That output within the model's output tolerances of eager's, at every step."""
     error: str | None = None
     """``"Type: message"`` when the backend raised (the steps stop there)."""
 
@@ -330,6 +331,7 @@ def check_gradients(
     except Exception as e:  # a model that cannot be cast: judged against eager only
         report.fp64_error = _error_text(e)
     sides: dict[str, _Side] = {}
+    records_of: dict[str, Any] = {}
     for b in backends:
         report.checks[b] = GradCheck(b)
         module = copy.deepcopy(model).train()
@@ -339,6 +341,8 @@ def check_gradients(
             report.checks[b].error = _error_text(e)
             continue
         sides[b] = _Side(b, module, call, args, ortlab_backend)
+        if ortlab_backend is not None:
+            records_of[b] = ortlab_backend
     graph_counts: dict[str, int] = {}
     try:
         with torch.no_grad():  # the eval model, for the shape of the loss weights only
@@ -383,9 +387,8 @@ def check_gradients(
                     report.recompiled[b] = count > graph_counts[b]
             if step + 1 < steps:
                 _update(eager, sides.values(), fp64, g_eager)
-    for b, side in sides.items():
-        if side.backend is not None:
-            report.graphs[b] = list(side.backend.graphs)
+    for b, ortlab_backend in records_of.items():  # a crashed backend's too
+        report.graphs[b] = list(ortlab_backend.graphs)
     return report
 
 
