@@ -326,3 +326,28 @@ def test_static_binding_runner_binds_module_state_in_place():
     weight.data = torch.randn(4, 5)  # moved: this runner is bound to the old address
     assert not runner.matches((x, weight))
     assert runner.matches((x, old))
+
+
+@pytest.mark.parametrize("guaranteed", [False, True])
+def test_schema_checks_run_only_where_dynamos_guards_do_not_hold_the_inputs(guaranteed):
+    from ortlab.backend import _runtime, _session
+
+    _, proto, inputs, outputs, (x, y) = _static_partition()
+    session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
+    runner = _runtime.OrtRunner(
+        session,
+        proto,
+        input_fx_values=inputs,
+        output_fx_values=outputs,
+        args=(x, y),
+        frozen={},
+        preallocate_output=False,
+        guaranteed=guaranteed,
+    )
+    assert runner.matches((x, y))
+    # A static export is bound to its sizes and dtypes: they are checked, unless the
+    # session was exported from the partition's own metadata, which Dynamo's guards
+    # already hold every call to (frozen tensors are checked either way: see
+    # test_executor's freeze tests).
+    assert runner.matches((torch.randn(5, 4), y)) is guaranteed
+    assert runner.matches((x.double(), y)) is guaranteed

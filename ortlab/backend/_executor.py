@@ -250,6 +250,9 @@ class OrtPartitionModule:
             args=args,
             frozen=frozen,
             preallocate_output=options.preallocate_output,
+            # Exported from the partition's own metadata: Dynamo's guards keep the
+            # arguments to that schema (a static export fixes concrete sizes instead).
+            guaranteed=not static,
         )
         start = time.perf_counter()
         runner, graph_note = None, ""

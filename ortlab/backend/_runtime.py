@@ -160,6 +160,7 @@ class OrtRunner:
         args: Sequence[Any],
         frozen: dict[int, torch.Tensor],
         preallocate_output: bool,
+        guaranteed: bool = False,
     ) -> None:
         self._sess = _ort_private.session_core(session)
         self.session = session
@@ -185,6 +186,24 @@ class OrtRunner:
         self.specs = tuple(
             _InputSpec(vi, input_fx_values[slot], args[slot])
             for vi, slot in zip(proto.graph.input, self.slots)
+        )
+        # Whether each call must check the arguments against the input schema. Not for a
+        # session exported from the partition's own FX metadata (symbolic where Dynamo's
+        # dims are): Dynamo's guards already hold every call's graph inputs to that
+        # metadata (dtype, device, rank, static sizes), and the partition's inputs follow
+        # from them. Only frozen tensors need checking then (they can change in place).
+        self._check_schema = not guaranteed
+        # How each ONNX input is made from its argument: a tensor of the declared rank
+        # only needs to be contiguous; the rest (Python scalars, a (1,)-shaped tensor for
+        # a 0-d input) goes through its spec.
+        self._plan = tuple(
+            (
+                slot,
+                spec,
+                isinstance(input_fx_values[slot], torch.Tensor)
+                and input_fx_values[slot].dim() == spec.rank,
+            )
+            for spec, slot in zip(self.specs, self.slots)
         )
         # Per-call constants, computed once (the hot path allocates only what it must).
         self._np_dtypes = [spec.np_dtype for spec in self.specs]
@@ -243,13 +262,21 @@ class OrtRunner:
             )
 
     def matches(self, args: Sequence[Any]) -> bool:
-        """Whether this session serves these partition arguments (its input schema)."""
-        for check in self._frozen_checks:  # hot path: plain loop, early exit
-            if _frozen_changed(check, args):
+        """Whether this session serves these partition arguments: its frozen tensors are
+        unchanged and (unless Dynamo's guards already ensure it) the arguments have its
+        input schema."""
+        # Hot path: plain loops, early exits, _frozen_changed inlined.
+        for index, tensor, version, data_ptr in self._frozen_checks:
+            if (
+                args[index] is not tensor
+                or tensor._version != version
+                or tensor.data_ptr() != data_ptr
+            ):
                 return False
-        for spec, slot in zip(self.specs, self.slots):
-            if not spec.matches(args[slot]):
-                return False
+        if self._check_schema:
+            for spec, slot in zip(self.specs, self.slots):
+                if not spec.matches(args[slot]):
+                    return False
         return True
 
     def stale_frozen(self, args: Sequence[Any]) -> tuple[int, ...]:
@@ -268,7 +295,8 @@ class OrtRunner:
     ) -> Any:
         vec = _ort_private.value_vector()
         vec.reserve(len(tensors))
-        if any(t.numel() == 0 for t in tensors):
+        pointers = [t.data_ptr() for t in tensors]
+        if 0 in pointers and any(t.numel() == 0 for t in tensors):
             import onnxruntime
 
             for t in tensors:
@@ -294,7 +322,7 @@ class OrtRunner:
             devices = [self._device(t.device) for t in tensors]
         vec.push_back_batch(
             tensors,
-            [t.data_ptr() for t in tensors],
+            pointers,
             dtypes,
             [t.shape for t in tensors],
             devices,
@@ -339,8 +367,13 @@ class OrtRunner:
 
     def run(self, args: Sequence[Any]) -> list[Any]:
         """Runs the session on the partition's arguments; returns its outputs in order."""
-        specs = self.specs
-        tensors = [spec.convert(args[slot]) for spec, slot in zip(specs, self.slots)]
+        tensors = []
+        for slot, spec, plain in self._plan:
+            arg = args[slot]
+            if plain:
+                tensors.append(arg if arg.is_contiguous() else arg.contiguous())
+            else:
+                tensors.append(spec.convert(arg))
         if self.keep_last_inputs:
             self.last_inputs = tensors
         inputs = self._input_vector(tensors, self._np_dtypes, self._ort_devices)
