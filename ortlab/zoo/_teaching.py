@@ -12,56 +12,64 @@ is built, and the custom op is registered only when ``"custom_op"`` is built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ortlab import errors
-from ortlab.zoo._model import ZooModel
-from ortlab.zoo._model import generator as _generator
-from ortlab.zoo._model import seeded_build as _seeded_build
+from ortlab.zoo import _hf, _model
+
+# --- two linear layers: mlp, custom_op, data_dependent -----------------------------------
+
+
+class _TwoLinear(nn.Module):
+    """Two linear layers, ``fc1`` and ``fc2``; subclasses say what runs around them."""
+
+    def __init__(self, features: int, hidden: int, outputs: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(features, hidden)
+        self.fc2 = nn.Linear(hidden, outputs)
+
 
 # --- mlp ---------------------------------------------------------------------------------
 
 
-class _TinyMLP(nn.Module):
+class _TinyMLP(_TwoLinear):
     """The classic 2-4-2 MLP with sigmoid activations."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(2, 4)
-        self.fc2 = nn.Linear(4, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.fc2(torch.sigmoid(self.fc1(x))))
 
 
 def _build_mlp() -> nn.Module:
-    return _seeded_build(_TinyMLP)
+    return _model.seeded_build(lambda: _TinyMLP(2, 4, 2))
 
 
 def _mlp_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 2, generator=_generator(1)),)
+    return (torch.randn(batch, 2, generator=_model.generator(1)),)
 
 
 # --- gelu_mlp ----------------------------------------------------------------------------
 
 
 def _build_gelu_mlp() -> nn.Module:
-    return _seeded_build(
+    return _model.seeded_build(
         lambda: nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
     )
 
 
 def _gelu_mlp_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 512, generator=_generator(2)),)
+    return (torch.randn(batch, 512, generator=_model.generator(2)),)
 
 
 # --- cnn ---------------------------------------------------------------------------------
 
 
 def _build_cnn() -> nn.Module:
-    return _seeded_build(
+    return _model.seeded_build(
         lambda: nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1),
             nn.ReLU(),
@@ -76,7 +84,7 @@ def _build_cnn() -> nn.Module:
 
 
 def _cnn_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 3, 32, 32, generator=_generator(3)),)
+    return (torch.randn(batch, 3, 32, 32, generator=_model.generator(3)),)
 
 
 # --- transformer_layer -------------------------------------------------------------------
@@ -144,7 +152,7 @@ class _EncoderLayerNoFastPath(nn.Module):
 
 
 def _build_transformer_layer() -> nn.Module:
-    return _seeded_build(
+    return _model.seeded_build(
         lambda: _EncoderLayerNoFastPath(
             nn.TransformerEncoderLayer(
                 d_model=256, nhead=4, dim_feedforward=512, dropout=0.0, batch_first=True
@@ -154,26 +162,31 @@ def _build_transformer_layer() -> nn.Module:
 
 
 def _transformer_layer_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 128, 256, generator=_generator(4)),)
+    return (torch.randn(batch, 128, 256, generator=_model.generator(4)),)
 
 
 # --- tiny_llama --------------------------------------------------------------------------
 
 _LLAMA_SEQ = 8
 
+_TINY_LLAMA = (
+    dict(vocab_size=1024, hidden_size=16, intermediate_size=16, max_position_embeddings=256)
+    | dict(num_hidden_layers=1, num_attention_heads=2, attention_dropout=0.0)
+    # Eager attention is plain matmul/softmax; the SDPA path adds masking heuristics.
+    | dict(attn_implementation="eager")
+)
+
 
 class _TinyLlama(nn.Module):
-    """Wraps a ``transformers`` LlamaModel as ``(input_ids, attention_mask, position_ids)``."""
+    """One-layer LlamaModel: ``(input_ids, attention_mask, position_ids)`` -> hidden states."""
 
-    def __init__(self, llama: nn.Module) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.llama = llama
+        transformers = _hf.transformers()
+        self.llama = transformers.LlamaModel(transformers.LlamaConfig(**_TINY_LLAMA))
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor,
+        self, input_ids: torch.Tensor, attention_mask: _hf.Mask, position_ids: torch.Tensor
     ) -> torch.Tensor:
         # use_cache=False: otherwise LlamaModel builds a DynamicCache (a Python object the
         # compiled graph would have to return) although only the hidden states are wanted.
@@ -187,26 +200,14 @@ class _TinyLlama(nn.Module):
 
 
 def _build_tiny_llama() -> nn.Module:
-    from ortlab import _deps
-
-    transformers = _deps.require("transformers")
-    config = transformers.LlamaConfig(
-        num_hidden_layers=1,
-        vocab_size=1024,
-        hidden_size=16,
-        intermediate_size=16,
-        max_position_embeddings=256,
-        num_attention_heads=2,
-        attention_dropout=0.0,
-        # Eager attention is plain matmul/softmax; the SDPA path adds masking heuristics.
-        attn_implementation="eager",
-    )
-    return _seeded_build(lambda: _TinyLlama(transformers.LlamaModel(config)))
+    return _model.seeded_build(_TinyLlama)
 
 
 def _tiny_llama_inputs(batch: int) -> tuple:
     seq = _LLAMA_SEQ
-    input_ids = torch.randint(0, 7, (batch, seq), generator=_generator(5), dtype=torch.int64)
+    input_ids = torch.randint(
+        0, 7, (batch, seq), generator=_model.generator(5), dtype=torch.int64
+    )
     position_ids = torch.arange(seq).unsqueeze(0).view(-1, seq)
     return (input_ids, None, position_ids)
 
@@ -250,13 +251,11 @@ def _register_soft_clip() -> None:
     soft_clip.register_autograd(backward, setup_context=setup_context)
 
 
-class _SoftClipMLP(nn.Module):
+class _SoftClipMLP(_TwoLinear):
     """MLP with a custom op in the middle, so that eager fallback splits it in two."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
+    def __init__(self, features: int, hidden: int, outputs: int) -> None:
+        super().__init__(features, hidden, outputs)
         _soft_clip_op()  # registers the op before the first forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -265,23 +264,18 @@ class _SoftClipMLP(nn.Module):
 
 
 def _build_custom_op() -> nn.Module:
-    return _seeded_build(_SoftClipMLP)
+    return _model.seeded_build(lambda: _SoftClipMLP(8, 16, 4))
 
 
 def _custom_op_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 8, generator=_generator(6)),)
+    return (torch.randn(batch, 8, generator=_model.generator(6)),)
 
 
 # --- data_dependent ----------------------------------------------------------------------
 
 
-class _MaskedSumMLP(nn.Module):
+class _MaskedSumMLP(_TwoLinear):
     """Boolean-mask indexing (``nonzero``) in the middle of an otherwise static model."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.fc1(x))
@@ -291,93 +285,103 @@ class _MaskedSumMLP(nn.Module):
 
 
 def _build_data_dependent() -> nn.Module:
-    return _seeded_build(_MaskedSumMLP)
+    return _model.seeded_build(lambda: _MaskedSumMLP(8, 16, 4))
 
 
 def _data_dependent_inputs(batch: int) -> tuple:
-    return (torch.randn(batch, 8, generator=_generator(7)),)
+    return (torch.randn(batch, 8, generator=_model.generator(7)),)
 
 
 # --- registry ----------------------------------------------------------------------------
 
-MODELS: tuple[ZooModel, ...] = (
-    ZooModel(
-        name="mlp",
-        description="2-4-2 MLP with sigmoids (the smallest possible graph)",
-        build=_build_mlp,
-        make_inputs=_mlp_inputs,
-        batch_sizes=(1, 2, 4, 6, 8),
+
+def _teaching(
+    name: str,
+    description: str,
+    build: Callable[[], nn.Module],
+    make_inputs: Callable[[int], tuple],
+    batch_sizes: tuple[int, ...],
+    *,
+    default_batch: int,
+    tolerance: float = 1e-4,
+    trainable: bool = True,
+    **options: Any,
+) -> _model.ZooModel:
+    """A teaching model, held to ``tolerance`` (absolute and relative) against eager."""
+    return _model.ZooModel(
+        name,
+        description,
+        build,
+        make_inputs,
+        batch_sizes,
+        default_batch=default_batch,
+        trainable=trainable,
+        atol=tolerance,
+        rtol=tolerance,
+        **options,
+    )
+
+
+MODELS: tuple[_model.ZooModel, ...] = (
+    _teaching(
+        "mlp",
+        "2-4-2 MLP with sigmoids (the smallest possible graph)",
+        _build_mlp,
+        _mlp_inputs,
+        (1, 2, 4, 6, 8),
         default_batch=4,
-        trainable=True,
-        atol=1e-5,
-        rtol=1e-5,
+        tolerance=1e-5,
     ),
-    ZooModel(
-        name="gelu_mlp",
-        description="512-2048-512 MLP with GELU (matmul-bound)",
-        build=_build_gelu_mlp,
-        make_inputs=_gelu_mlp_inputs,
-        batch_sizes=(1, 8, 32, 64),
+    _teaching(
+        "gelu_mlp",
+        "512-2048-512 MLP with GELU (matmul-bound)",
+        _build_gelu_mlp,
+        _gelu_mlp_inputs,
+        (1, 8, 32, 64),
         default_batch=64,
-        trainable=True,
-        atol=1e-4,
-        rtol=1e-4,
     ),
-    ZooModel(
-        name="cnn",
-        description="Two-conv CNN classifier for 3x32x32 images",
-        build=_build_cnn,
-        make_inputs=_cnn_inputs,
-        batch_sizes=(1, 2, 8),
+    _teaching(
+        "cnn",
+        "Two-conv CNN classifier for 3x32x32 images",
+        _build_cnn,
+        _cnn_inputs,
+        (1, 2, 8),
         default_batch=8,
-        trainable=True,
-        atol=1e-4,
-        rtol=1e-4,
     ),
-    ZooModel(
-        name="transformer_layer",
-        description="TransformerEncoderLayer d=256, 4 heads, seq 128 (fused fast path off)",
-        build=_build_transformer_layer,
-        make_inputs=_transformer_layer_inputs,
-        batch_sizes=(1, 2, 8),
+    _teaching(
+        "transformer_layer",
+        "TransformerEncoderLayer d=256, 4 heads, seq 128 (fused fast path off)",
+        _build_transformer_layer,
+        _transformer_layer_inputs,
+        (1, 2, 8),
         default_batch=8,
-        trainable=True,
-        atol=1e-4,
-        rtol=1e-4,
     ),
-    ZooModel(
-        name="tiny_llama",
-        description="One-layer transformers LlamaModel, hidden 16, seq 8 (needs transformers)",
-        build=_build_tiny_llama,
-        make_inputs=_tiny_llama_inputs,
-        batch_sizes=(2, 4, 9),
+    _teaching(
+        "tiny_llama",
+        "One-layer transformers LlamaModel, hidden 16, seq 8 (needs transformers)",
+        _build_tiny_llama,
+        _tiny_llama_inputs,
+        (2, 4, 9),
         default_batch=2,
-        trainable=True,
-        atol=1e-4,
-        rtol=1e-4,
     ),
-    ZooModel(
-        name="custom_op",
-        description="MLP around a custom op with no ONNX translation (stays in eager)",
-        build=_build_custom_op,
-        make_inputs=_custom_op_inputs,
-        batch_sizes=(1, 4, 16),
+    _teaching(
+        "custom_op",
+        "MLP around a custom op with no ONNX translation (stays in eager)",
+        _build_custom_op,
+        _custom_op_inputs,
+        (1, 4, 16),
         default_batch=4,
-        trainable=True,
-        atol=1e-5,
-        rtol=1e-5,
+        tolerance=1e-5,
         expects_fallback=True,
     ),
-    ZooModel(
-        name="data_dependent",
-        description="MLP with boolean-mask indexing (data-dependent shape, stays in eager)",
-        build=_build_data_dependent,
-        make_inputs=_data_dependent_inputs,
-        batch_sizes=(1, 4, 16),
+    _teaching(
+        "data_dependent",
+        "MLP with boolean-mask indexing (data-dependent shape, stays in eager)",
+        _build_data_dependent,
+        _data_dependent_inputs,
+        (1, 4, 16),
         default_batch=4,
         trainable=False,
-        atol=1e-4,
-        rtol=1e-4,
         dynamo_config={"capture_dynamic_output_shape_ops": True},
         expects_fallback=True,
     ),
