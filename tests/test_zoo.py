@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from ortlab import errors, zoo
+from ortlab.zoo import _teaching
 
 NAMES = (
     "mlp",
@@ -70,7 +72,8 @@ def _aten_targets(model, inputs, *, grad: bool, dynamo_config=None) -> set[str]:
     return targets
 
 
-def _assert_tensors_equal(a, b) -> None:
+def assert_tensors_equal(a, b) -> None:
+    """Tensors equal to the bit, with the same dtype, and ``None`` where the other has one."""
     assert len(a) == len(b)
     for x, y in zip(a, b):
         if x is None or y is None:
@@ -132,19 +135,7 @@ def test_fallback_and_dynamo_config_flags():
 
 def test_zoo_model_copies_and_freezes_dynamo_config():
     config = {"capture_scalar_outputs": True}
-    base = zoo.get("mlp")
-    m = zoo.ZooModel(
-        name="x",
-        description="x",
-        build=base.build,
-        make_inputs=base.make_inputs,
-        batch_sizes=(1, 2),
-        default_batch=2,
-        trainable=True,
-        atol=1e-5,
-        rtol=1e-5,
-        dynamo_config=config,
-    )
+    m = dataclasses.replace(zoo.get("mlp"), name="x", dynamo_config=config)
     config["capture_scalar_outputs"] = False
     assert m.dynamo_config["capture_scalar_outputs"] is True
     with pytest.raises(TypeError):
@@ -152,19 +143,8 @@ def test_zoo_model_copies_and_freezes_dynamo_config():
 
 
 def test_zoo_model_rejects_default_batch_outside_sweep():
-    base = zoo.get("mlp")
     with pytest.raises(errors.UnsupportedOptionError, match="default_batch"):
-        zoo.ZooModel(
-            name="x",
-            description="x",
-            build=base.build,
-            make_inputs=base.make_inputs,
-            batch_sizes=(1, 2),
-            default_batch=3,
-            trainable=True,
-            atol=1e-5,
-            rtol=1e-5,
-        )
+        dataclasses.replace(zoo.get("mlp"), batch_sizes=(1, 2), default_batch=3)
 
 
 @pytest.mark.parametrize("batch", [0, -1, 2.0, True])
@@ -176,7 +156,7 @@ def test_example_inputs_rejects_bad_batch(batch):
 # --- determinism and eager runs ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + zoo.corpus_names(ci=True))
 def test_build_is_deterministic_and_leaves_global_rng_alone(name):
     m = zoo.get(name)
     rng_before = torch.random.get_rng_state()
@@ -193,8 +173,8 @@ def test_build_is_deterministic_and_leaves_global_rng_alone(name):
 def test_inputs_are_deterministic(name):
     m = zoo.get(name)
     for batch in m.batch_sizes:
-        _assert_tensors_equal(m.example_inputs(batch), m.example_inputs(batch))
-    _assert_tensors_equal(m.example_inputs(), m.example_inputs(m.default_batch))
+        assert_tensors_equal(m.example_inputs(batch), m.example_inputs(batch))
+    assert_tensors_equal(m.example_inputs(), m.example_inputs(m.default_batch))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -285,14 +265,20 @@ def test_custom_op_values_and_gradient():
 
 
 def test_custom_op_registration_survives_a_second_import(monkeypatch):
-    zoo.get("custom_op").build()
-    # Execute zoo.py again under another module name (as importlib.reload would), without
-    # disturbing sys.modules["ortlab.zoo"] for other tests.
-    spec = importlib.util.spec_from_file_location("_ortlab_zoo_copy", zoo.__file__)
+    zoo.get("custom_op").build()  # registers the op
+    op = torch.ops.ortlab_zoo.soft_clip.default
+    # Execute _teaching.py, which holds the registration, again under another module name
+    # (as importlib.reload would), without disturbing sys.modules for other tests; building
+    # the copy's "custom_op" then runs the copy's registration path with the op registered.
+    spec = importlib.util.spec_from_file_location("_ortlab_teaching_copy", _teaching.__file__)
     copy = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, copy)  # dataclasses look the module up
     spec.loader.exec_module(copy)
-    model, inputs = copy.get("custom_op").instantiate()
+    (custom_op,) = [m for m in copy.MODELS if m.name == "custom_op"]
+    model, inputs = custom_op.instantiate()
+    assert type(model) is copy._SoftClipMLP
+    # Registering again would not fail: it would silently replace the op (a new overload).
+    assert torch.ops.ortlab_zoo.soft_clip.default is op
     torch.testing.assert_close(model(*inputs), zoo.get("custom_op").build()(*inputs))
 
 
