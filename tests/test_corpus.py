@@ -35,14 +35,6 @@ KNOWN_EAGER_REASONS = (
 )
 """Why a node of a ci model may stay in PyTorch."""
 
-_BOOL_MASK_BUG = (
-    "backend bug: with grad enabled (the AOTAutograd path) scaled_dot_product_attention "
-    "ignores a boolean attn_mask (masked keys are attended; a float mask, is_causal and "
-    "no_grad are right), so the train-mode outputs and gradients are wrong"
-)
-TRAINING_BUGS = {"gpt2": _BOOL_MASK_BUG, "bert": _BOOL_MASK_BUG, "clip": _BOOL_MASK_BUG}
-"""ci models whose training step is known wrong; strict xfails, so a fix is noticed."""
-
 
 # --- the ci subset, compiled -------------------------------------------------------------
 
@@ -73,16 +65,7 @@ def test_ci_corpus_model_compiles_and_matches_eager_including_the_decode_step(na
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=TRAINING_BUGS[n]))
-        if n in TRAINING_BUGS
-        else n
-        for n in CI
-        if zoo.get(n).trainable
-    ],
-)
+@pytest.mark.parametrize("name", [n for n in CI if zoo.get(n).trainable])
 def test_ci_corpus_model_trains_two_steps_with_gradients_like_eager(name):
     spec = zoo.get(name)
     report = _grads.check_gradients(spec, spec.build(), ("ortlab",), steps=2)
