@@ -2,7 +2,9 @@
 
 Execution goes through ``ortlab._notebooks.execute`` (nbclient, a kernel running this
 interpreter) with ``ORTLAB_FAST=1``; a failing cell fails its notebook's test with the
-notebook's name, the cell's index and source, and the traceback.
+notebook's name, the cell's index and source, and the traceback. A notebook writes its
+files (saved sessions, repro cases) to temporary directories, never next to itself, so
+that running the tutorials from a clone leaves the clone as it was.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def test_notebook_runs_top_to_bottom_in_a_kernel(path, tmp_path):
         pytest.fail(f"{path.name}: cell {index} failed\n{e}", pytrace=False)
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert None not in [c.execution_count for c in code_cells]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert not left, f"{path.name} wrote {left} into its working directory; use a temp dir"
     # A failing _repr_*_ is shown as an error output without failing the cell: catch it.
     for index, cell in enumerate(nb.cells):
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
