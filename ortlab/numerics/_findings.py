@@ -4,6 +4,7 @@ flips (rounding that crossed a discontinuity) and the float64 reference's judgem
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ortlab import _html
@@ -215,15 +216,14 @@ class ReferenceDiff(_tabular.Tabular):
         """ortlab is as close to float64 as eager is (within :attr:`allowed`)."""
         return self.ort_error <= self.allowed
 
-    def cells(self) -> tuple[str, ...]:
-        return (
-            self.kind,
-            self.name,
-            _tabular.verdict(self.as_close),
-            _html.number(self.eager_error),
-            _html.number(self.ort_error),
-            _html.number(self.allowed),
-        )
+    FORMATS: ClassVar[tuple[Callable[[Any], str], ...]] = (
+        str,
+        str,
+        _tabular.verdict,
+        _html.number,
+        _html.number,
+        _html.number,
+    )
 
     def values(self) -> tuple[Any, ...]:
         return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ortlab import _html
@@ -67,17 +67,13 @@ class SweepRow(_tabular.Tabular):
         "latency ms",
     )
 
-    def cells(self) -> tuple[str, ...]:
-        return (
-            self.label,
-            self.status,
-            ", ".join(self.providers),
-            _tabular.verdict(self.passed),
-            _html.number(self.max_abs_error),
-            _html.number(self.mean_abs_error),
-            _html.number(self.max_rel_error),
-            _html.number(self.latency_ms),
-        )
+    FORMATS: ClassVar[tuple[Callable[[Any], str], ...]] = (
+        str,
+        str,
+        str,
+        _tabular.verdict,
+        *(_html.number,) * 4,
+    )
 
     def values(self) -> tuple[Any, ...]:
         return (

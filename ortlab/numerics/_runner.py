@@ -231,23 +231,13 @@ def run_both(
     others are re-issued.
     """
     target = _harness.unwrap_compiled(fn)
-    module = target if isinstance(target, torch.nn.Module) else None
-    # Each side's own copy of a module, whose parameters its gradients are taken for.
-    eager_module = copy.deepcopy(module) if module is not None else None
-    compiled_module = copy.deepcopy(module) if module is not None else None
-    eager_target = eager_module if eager_module is not None else target
-    compiled_target = compiled_module if compiled_module is not None else target
-    entry = _harness.fresh_entry(compiled_target, name="ortlab_diff_call")
+    if isinstance(target, torch.nn.Module):
+        # The compiled side's own copy (run_compiled copies it again for the eager side):
+        # the caller's module is never run, so its state and gradients stay untouched.
+        target = copy.deepcopy(target)
+    entry = _harness.fresh_entry(target, name="ortlab_diff_call")
     compiled = torch.compile(entry, backend=backend, dynamic=dynamic)
-    return _run(
-        (compiled, compiled_module),
-        (eager_target, eager_module),
-        args,
-        backend,
-        backward=backward,
-        capture=True,
-        notes=[],
-    )
+    return run_compiled(compiled, target, args, backend, backward=backward)
 
 
 def run_compiled(

@@ -3,6 +3,7 @@ display text (the text ``repr`` and the HTML tables of :mod:`ortlab.views.numeri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 VERDICT = "verdict"
@@ -23,6 +24,9 @@ class Tabular:
 
     COLUMNS: ClassVar[tuple[str, ...]] = ()
     HEADERS: ClassVar[tuple[str, ...]] = ()
+    FORMATS: ClassVar[tuple[Callable[[Any], str], ...]] = ()
+    """How each raw value reads in a cell, when ``cells()`` is ``values()`` formatted
+    column by column (records whose cells are not, override ``cells``)."""
 
     def values(self) -> tuple[Any, ...]:
         """Raw values, one per ``COLUMNS``."""
@@ -30,7 +34,9 @@ class Tabular:
 
     def cells(self) -> tuple[str, ...]:
         """Display text, one per ``HEADERS``."""
-        raise NotImplementedError
+        if not self.FORMATS:
+            raise NotImplementedError
+        return tuple(fmt(value) for fmt, value in zip(self.FORMATS, self.values()))
 
     def row(self) -> dict[str, Any]:
         """Raw values keyed by ``COLUMNS``."""

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _deps, _harness, _html
@@ -358,52 +359,42 @@ class PartitionViewer:
         self.provenance.value = "".join(f"<p>{_html.esc(line)}</p>" for line in lines)
 
     # -- events --------------------------------------------------------------------
-    def _on_graph(self, change: Any) -> None:
-        if self._updating:
-            return
+    def _quietly(self, update: Callable[[], None]) -> None:
+        """Runs ``update`` (which sets dropdowns) without their change events re-entering
+        these handlers."""
         self._updating = True
         try:
-            self._fill_partitions()
+            update()
         finally:
             self._updating = False
-        self._draw_all()
+
+    def _on_graph(self, change: Any) -> None:
+        if not self._updating:
+            self._quietly(self._fill_partitions)
+            self._draw_all()
 
     def _on_partition(self, change: Any) -> None:
-        if self._updating:
-            return
-        self._updating = True
-        try:
-            self._fill_sessions()
-        finally:
-            self._updating = False
-        self._draw_all()
+        if not self._updating:
+            self._quietly(self._fill_sessions)
+            self._draw_all()
 
     def _on_session(self, change: Any) -> None:
-        if self._updating:
-            return
-        self._updating = True
-        try:
-            self._fill_nodes()
-        finally:
-            self._updating = False
-        self._draw_session()
+        if not self._updating:
+            self._quietly(self._fill_nodes)
+            self._draw_session()
 
     def _on_fx_node(self, change: Any) -> None:
         if self._updating:
             return
         if change["new"] is not None:
-            self._updating = True
-            self.onnx_node.value = None
-            self._updating = False
+            self._quietly(lambda: setattr(self.onnx_node, "value", None))
         self._highlight()
 
     def _on_onnx_node(self, change: Any) -> None:
         if self._updating:
             return
         if change["new"] is not None:
-            self._updating = True
-            self.fx_node.value = None
-            self._updating = False
+            self._quietly(lambda: setattr(self.fx_node, "value", None))
         self._highlight()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
