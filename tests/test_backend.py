@@ -191,7 +191,8 @@ def test_graph_breaks_and_recompiles_say_why_each_graph_exists(capsys):
     assert resumed.graph_break is None
     assert resumed.frame == f"forward (resumed after line {line}) (tests/test_backend.py)"
     assert "dtype mismatch" in recompiled.recompile_reason
-    assert recompiled.cause.startswith("recompile: ") and "graph break" in recompiled.cause
+    assert recompiled.cause.startswith("recompile of forward (tests/test_backend.py): ")
+    assert "graph break" in recompiled.cause
     assert "dtype mismatch" in resumed_again.recompile_reason
     assert first.cause.startswith("first compile of forward")
 
@@ -244,7 +245,7 @@ def test_timeline_shows_each_graph_new_or_reused_and_the_sessions_it_made(capsys
         ("graph", 6, 3),
         ("session", 6, 3),
     ]
-    assert backend.timeline[4].detail.startswith("recompile: ")
+    assert backend.timeline[4].detail.startswith("recompile of forward")
     session = backend.timeline[1]
     assert session.partition == "fused_0" and session.session_index == 0
     assert "float32" in backend.timeline[1].detail
@@ -259,3 +260,28 @@ def test_timeline_events_read_as_one_line_each():
     assert repr(session).startswith(
         "TimelineEvent(run 1: graph 0 fused_0: session 0 created for float32[s"
     )
+
+
+def test_frames_and_sources_name_the_users_code_not_torchs_or_ortlabs():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())  # Dynamo enters through its wrapper
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(2, 4))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.frame == "Sequential.forward"
+    assert not any("ortlab/" in v.source for v in graph.verdicts)
+
+
+def test_the_magics_and_the_labs_entry_points_are_not_the_users_frame():
+    from ortlab import _harness
+
+    def f(x):
+        return x.sin() * 2
+
+    entry = _harness.fresh_entry(f, name="ortcompile_call")
+    compiled = ortlab.compile(entry)
+    with torch.no_grad():
+        compiled(torch.randn(3))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.frame == "f (tests/test_backend.py)"
+    assert all(v.source.startswith("tests/test_backend.py:") for v in graph.verdicts)

@@ -127,7 +127,7 @@ def test_timeline_shows_the_graph_break_and_the_recompile_and_collapses_reuse(no
     assert "session 0 created for float32" in first.lines[1]
     assert second.lines[0].startswith("graph 1 compiled: first compile")
     assert reused.lines == ["graphs 0, 1 reused, nothing compiled"]
-    assert recompile.lines[0].startswith("graph 2 compiled: recompile: ")
+    assert recompile.lines[0].startswith("graph 2 compiled: recompile of forward")
     assert "dtype mismatch" in recompile.lines[0]
     assert "float64" in recompile.lines[1]
 
@@ -136,7 +136,7 @@ def test_inspector_text_and_report_show_the_timeline_with_the_reasons(noisy, tmp
     text = views.Inspector(noisy).text()
     timeline = text.split("Timeline (graph runs):")[1].split("\nGraphs:")[0]
     assert re.search(r"runs 3–6\s+graphs 0, 1 reused", timeline)
-    assert re.search(r"run 7\s+graph 2 compiled: recompile: .*dtype mismatch", timeline)
+    assert re.search(r"run 7\s+graph 2 compiled: recompile of .*dtype mismatch", timeline)
     assert "graph break at" in timeline
     report = open(ortlab.report(noisy, tmp_path / "r.html")).read()
     (table,) = re.findall(r'<table class="ortlab ortlab-timeline">.*?</table>', report)
@@ -150,7 +150,7 @@ def test_graphs_show_their_cause_in_the_summary_and_the_partitions_tab(noisy):
     assert list(frame.columns)[-2:] == ["runs", "cause"]
     assert list(frame["runs"]) == [g.run_count for g in noisy.graphs] == [3, 3, 1, 1]
     assert frame["cause"][2] == noisy.graphs[2].cause
-    assert frame["cause"][2].startswith("recompile: ")
+    assert frame["cause"][2].startswith("recompile of ")
     viewer = views.PartitionViewer(noisy)
     viewer.graph.value = 2
     assert html.escape(noisy.graphs[2].cause) in viewer.graph_view.value

@@ -59,13 +59,22 @@ class _Origin:
     """No GraphRecord made from this origin yet (Dynamo's and the registry's time go on
     the first one)."""
 
-    def graph_fields(self) -> dict[str, Any]:
+    def graph_fields(self, graph_module: torch.fx.GraphModule) -> dict[str, Any]:
         """GraphRecord fields saying where the graph came from."""
         info = self.info
+        # The frame Dynamo compiled, unless it is a wrapper (Dynamo's around a torch
+        # module such as Sequential, the lab's entry points): then the outermost frame of
+        # the user's code in the graph's node stack traces; for a graph of torch modules
+        # alone, the outermost module.
+        stack = list(info.user_stack)
+        if not stack or not _support.is_users_file(stack[0][0]):
+            stack = _support.outer_frames(graph_module) or stack
         frame = ""
-        if info.user_stack:
-            file, _, name, _ = info.user_stack[0]
+        if stack and not _support.is_dynamo_file(stack[0][0]):
+            file, _, name, _ = stack[0]
             frame = f"{_support.function_name(name)} ({_support.short_path(file)})"
+        else:  # only torch modules ran (e.g. a Sequential): name the outermost one
+            frame = _support.outer_module(graph_module)
         break_source = ""
         if info.graph_break and info.user_stack:
             file, line, _, code = info.user_stack[-1]
@@ -226,17 +235,9 @@ class OrtBackend:
         if result.too_small:
             verdicts = [_too_small(v, result.too_small, self._options) for v in verdicts]
         partitioned = result.graph_module
-        record = records.GraphRecord(
-            index=len(self.graphs),
-            kind=kind,
-            graph_module=graph_module,
-            lowering=lowering,
-            partitioned=partitioned,
-            verdicts=verdicts,
-            **dict(origin_fields or {}),
+        record = self._new_record(
+            graph_module, kind, lowering, partitioned, verdicts, origin_fields or {}
         )
-        if record.compile_id is None:
-            record.compile_id = _torch_private.current_compile_id()
         modules = []
         for name, node_names in result.members:
             eager = getattr(partitioned, name)
@@ -379,6 +380,28 @@ class OrtBackend:
             )
         return self._context
 
+    def _new_record(
+        self,
+        graph_module: torch.fx.GraphModule,
+        kind: str,
+        lowering: str,
+        partitioned: torch.fx.GraphModule | None,
+        verdicts: list[records.Verdict],
+        fields: Mapping[str, Any],
+    ) -> records.GraphRecord:
+        record = records.GraphRecord(
+            index=len(self.graphs),
+            kind=kind,
+            graph_module=graph_module,
+            lowering=lowering,
+            partitioned=partitioned,
+            verdicts=verdicts,
+            **dict(fields),
+        )
+        if record.compile_id is None:
+            record.compile_id = _torch_private.current_compile_id()
+        return record
+
     def _graph_runs(self) -> int:
         return sum(g.run_count for g in self.graphs)
 
@@ -446,7 +469,7 @@ class OrtBackend:
                 example_inputs,
                 kind=kind,
                 lower_seconds=lower_seconds,
-                origin_fields=origin.graph_fields(),
+                origin_fields=origin.graph_fields(graph_module),
                 timings=origin.first_timings(),
             )
             forward = partitioned.forward
@@ -499,7 +522,7 @@ class OrtBackend:
             keep_input_aliases=True,
             lowering="make_fx",
             lower_seconds=time.perf_counter() - start,
-            origin_fields=origin.graph_fields(),
+            origin_fields=origin.graph_fields(aten),
             timings=origin.first_timings(),
         )
         return _time_until_first_call(partitioned.forward, self.graphs[-1])
@@ -516,26 +539,15 @@ class OrtBackend:
     ) -> torch.fx.GraphModule:
         """Records a graph ortlab could not compile; returns it, to run in PyTorch."""
         reason = f"ortlab could not compile this graph ({error}); it runs in PyTorch"
-        record = records.GraphRecord(
-            index=len(self.graphs),
-            kind=kind,
-            graph_module=graph_module,
-            lowering=lowering,
-            partitioned=None,
-            verdicts=[
-                records.Verdict(
-                    n.name,
-                    _support.target_text(n.target),
-                    False,
-                    reason,
-                    _support.user_source(n),
-                )
-                for n in graph_module.graph.nodes
-                if n.op == "call_function"
-            ],
-            error=error,
-            **origin.graph_fields(),
-        )
+        verdicts = [
+            records.Verdict(
+                n.name, _support.target_text(n.target), False, reason, _support.user_source(n)
+            )
+            for n in graph_module.graph.nodes
+            if n.op == "call_function"
+        ]
+        fields = {**origin.graph_fields(graph_module), "error": error}
+        record = self._new_record(graph_module, kind, lowering, None, verdicts, fields)
         record.timings.update(origin.first_timings())
         self._add_graph(record)
         self._warn(

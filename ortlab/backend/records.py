@@ -342,14 +342,13 @@ class GraphRecord:
         """Why this graph exists, in one line: a first compile, a recompile (and the
         guard that failed), the backward of a forward graph; plus a graph break that
         ended it."""
+        of = f" of {self.frame}" if self.frame else ""
         if self.kind == "backward":
-            text = "backward of the forward graph compiled just before it"
+            text = f"backward of the forward graph{of} compiled just before it"
         elif self.recompile_reason:
-            text = f"recompile: {self.recompile_reason}"
+            text = f"recompile{of}: {self.recompile_reason}"
         else:
-            text = "first compile"
-        if self.frame:
-            text += f" of {self.frame}"
+            text = f"first compile{of}"
         if self.graph_break:
             first = self.graph_break.strip().splitlines()[0] if self.graph_break else ""
             where = f" at {self.graph_break_source}" if self.graph_break_source else ""
