@@ -65,6 +65,17 @@ def fx_node_of(onnx_node: onnx.NodeProto) -> str | None:
     return None
 
 
+def _summary(record: Any, head: str, **fields: Any) -> str:
+    """A record's one-line ``repr``: ``Kind(head: key=value, ...)``, ``None`` values left
+    out (strings quoted only when they are free text: an error)."""
+    items = ", ".join(
+        f"{key}={value!r}" if key == "error" else f"{key}={value}"
+        for key, value in fields.items()
+        if value is not None
+    )
+    return f"{type(record).__name__}({head}: {items})"
+
+
 @dataclasses.dataclass
 class Verdict:
     """Whether one ``call_function`` node may run in ONNX Runtime, and why."""
@@ -206,16 +217,21 @@ class SessionRecord:
         return len(self.model.graph.node)
 
     def __repr__(self) -> str:
-        return (
-            f"SessionRecord({self.partition}#{self.index}: inputs={list(self.input_schema)}, "
-            f"outputs={list(self.output_schema)}, providers={list(self.providers)}, "
-            f"onnx_nodes={self.onnx_node_count}, runs={self.run_count}, "
-            f"export={self.export_seconds * 1e3:.1f}ms, "
-            f"session={self.session_seconds * 1e3:.1f}ms)"
+        return _summary(
+            self,
+            f"{self.partition}#{self.index}",
+            inputs=list(self.input_schema),
+            outputs=list(self.output_schema),
+            providers=list(self.providers),
+            onnx_nodes=self.onnx_node_count,
+            runs=self.run_count,
+            export=f"{self.export_seconds * 1e3:.1f}ms",
+            session=f"{self.session_seconds * 1e3:.1f}ms",
         )
 
-    def _repr_html_(self) -> str:
-        rows = [
+    def rows(self) -> list[tuple[str, Any]]:
+        """``(label, value)`` pairs describing the session (its HTML table)."""
+        rows: list[tuple[str, Any]] = [
             ("partition", f"{self.partition} (session {self.index})"),
             ("inputs", ", ".join(self.input_schema)),
             ("outputs", ", ".join(self.output_schema)),
@@ -228,7 +244,10 @@ class SessionRecord:
         ]
         if self.cuda_graph_status:
             rows.append(("CUDA graph", self.cuda_graph_status))
-        return _html.block("ONNX Runtime session", _html.table(("", ""), rows))
+        return rows
+
+    def _repr_html_(self) -> str:
+        return _html.block("ONNX Runtime session", _html.table(("", ""), self.rows()))
 
 
 @dataclasses.dataclass
@@ -271,15 +290,19 @@ class PartitionRecord:
         return tuple(getattr(a, "name", repr(a)) for a in args)
 
     def __repr__(self) -> str:
-        err = f", error={self.error!r}" if self.error else ""
-        return (
-            f"PartitionRecord({self.name} of graph {self.graph_index} ({self.graph_kind}): "
-            f"{len(self.node_names)} nodes, {len(self.sessions)} sessions, "
-            f"runs={self.run_count}, eager_runs={self.eager_run_count}{err})"
+        return _summary(
+            self,
+            f"{self.name} of graph {self.graph_index} ({self.graph_kind})",
+            nodes=len(self.node_names),
+            sessions=len(self.sessions),
+            runs=self.run_count,
+            eager_runs=self.eager_run_count,
+            error=self.error,
         )
 
-    def _repr_html_(self) -> str:
-        rows = [
+    def rows(self) -> list[tuple[str, Any]]:
+        """``(label, value)`` pairs describing the partition (its HTML table)."""
+        rows: list[tuple[str, Any]] = [
             ("graph", f"{self.graph_index} ({self.graph_kind})"),
             ("state", self.state),
             ("nodes", len(self.node_names)),
@@ -292,8 +315,12 @@ class PartitionRecord:
             rows.append(("no longer frozen", ", ".join(self.thawed_inputs)))
         if self.error:
             rows.append(("error", self.error))
+        return rows
+
+    def _repr_html_(self) -> str:
         sessions = "".join(s._repr_html_() for s in self.sessions)
-        return _html.block(f"Partition {self.name}", _html.table(("", ""), rows) + sessions)
+        table = _html.table(("", ""), self.rows())
+        return _html.block(f"Partition {self.name}", table + sessions)
 
 
 @dataclasses.dataclass

@@ -384,17 +384,18 @@ class PartitionViewer:
             self._draw_session()
 
     def _on_fx_node(self, change: Any) -> None:
-        if self._updating:
-            return
-        if change["new"] is not None:
-            self._quietly(lambda: setattr(self.onnx_node, "value", None))
-        self._highlight()
+        self._select_node(change, other=self.onnx_node)
 
     def _on_onnx_node(self, change: Any) -> None:
+        self._select_node(change, other=self.fx_node)
+
+    def _select_node(self, change: Any, *, other: Any) -> None:
+        """A node picked in one dropdown (FX or ONNX) clears the other, then the views
+        highlight it."""
         if self._updating:
             return
         if change["new"] is not None:
-            self._quietly(lambda: setattr(self.fx_node, "value", None))
+            self._quietly(lambda: setattr(other, "value", None))
         self._highlight()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
