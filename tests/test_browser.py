@@ -404,10 +404,10 @@ def test_inspector_summary_shows_the_timeline_and_verdicts_their_source_line(
     assert [r[0] for r in rows] == ["run 1", "run 2", "runs 3–6", "run 7", "run 8"], rows
     assert "ends at a graph break at" in rows[0][1] and 'print("a graph break")' in rows[0][1]
     assert rows[2][1] == "graphs 0, 1 reused, nothing compiled"
-    assert "recompile:" in rows[3][1] and "dtype mismatch" in rows[3][1]
+    assert "recompile of forward (cell): " in rows[3][1] and "dtype mismatch" in rows[3][1]
     graphs = summary.locator("h4", has_text=re.compile(r"^Graphs$"))
     graphs = graphs.locator("xpath=following-sibling::*[1]")
-    assert "recompile:" in graphs.inner_text()
+    assert "recompile of forward (cell): " in graphs.inner_text()
     top = inspector.bounding_box()
     bottom = graphs.bounding_box()
     for path in for_docs("summary_timeline.png"):
@@ -439,11 +439,12 @@ def test_inspector_summary_shows_the_timeline_and_verdicts_their_source_line(
     eager_node = view.locator("g.node.ortlab-eager").first
     title = eager_node.locator("a").first.get_attribute("xlink:title") or ""
     assert "rand_like" in title and "random op" in title, title
-    assert re.search(r"from \S+\.py:12 in \S+: noisy = y \+ torch.rand_like\(y\)", title)
+    # (a notebook cell is named "cell"; its line numbers are the cell's own)
+    assert re.search(r"from cell:12 in forward \S+.*: noisy = y \+ torch.rand_like\(y\)", title)
     table = view.locator("table").last
     row = table.locator("tbody tr").first.locator("td").all_inner_texts()
     assert row[0] == "rand_like" and "random op" in row[2], row
-    assert re.match(r"\S+\.py:12 in \S+: noisy = y \+ torch.rand_like\(y\)", row[3]), row
+    assert re.match(r"cell:12 in forward \S+.*: noisy = y \+ torch.rand_like\(y\)", row[3]), row
     for path in for_docs("verdict_source.png"):
         view.screenshot(path=str(path))
     assert not blocked, blocked
