@@ -170,6 +170,25 @@ def test_one_partition_needs_one_graph_one_ort_partition_and_nothing_eager():
     assert not _coverage.one_partition([two]) and not _coverage.one_partition_but_sizes([two])
 
 
+def test_the_speed_targets_count_a_graph_with_size_arithmetic_as_one_partition():
+    # BERT's batch * seq stays a Python number; every tensor op is in the one partition.
+    sizes = _graph(
+        [_v("a", "aten.add.Tensor", True), _v("m", "<built-in function mul>", False)],
+        [("fused_0", ("a",), None)],
+        symbolic=("m",),
+    )
+    item = _graph(
+        [_v("a", "aten.add.Tensor", True), _v("i", "aten._local_scalar_dense", False)],
+        [("fused_0", ("a",), None)],
+    )
+    result = _result("bert", {"ortlab": 1.0})
+    assert _corpus.is_one_partition(result) is None  # no ortlab row's backend
+    result.ortlab_backends["ortlab"] = types.SimpleNamespace(graphs=[sizes])
+    assert _corpus.is_one_partition(result) is True
+    result.ortlab_backends["ortlab"] = types.SimpleNamespace(graphs=[item])
+    assert _corpus.is_one_partition(result) is False
+
+
 def test_cache_tensors_are_the_keys_and_values_of_every_layer():
     k0, v0, k1, v1 = (torch.full((1,), float(i)) for i in range(4))
     cache = types.SimpleNamespace(

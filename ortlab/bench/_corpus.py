@@ -9,9 +9,11 @@ each backend's median and p10-p90, ortlab's first call with its compile steps ne
 the floor's export and session creation, and the targets:
 
 - on every model whose first call is **one partition** (one graph, one ONNX Runtime
-  partition, no node left in PyTorch: :func:`ortlab.bench._coverage.one_partition`, read
-  from the ortlab row's own records): ortlab-frozen at most 1.10x the floor, ortlab
-  (default options) at most 1.25x (:data:`ONE_PARTITION_TARGETS`);
+  partition, no tensor op left in PyTorch; size arithmetic such as ``batch * seq`` is a
+  Python number outside any partition and does not count:
+  :func:`ortlab.bench._coverage.one_partition_but_sizes`, read from the ortlab row's own
+  records): ortlab-frozen at most 1.10x the floor, ortlab (default options) at most 1.25x
+  (:data:`ONE_PARTITION_TARGETS`);
 - on every model where the floor is ahead of inductor: ortlab ahead of inductor too.
 
 Inductor's first compile takes 25-60 s per model on a small CPU, so the default selection
@@ -74,11 +76,12 @@ def _medians(result: _result.BenchResult) -> dict[str, float]:
 
 
 def is_one_partition(result: _result.BenchResult) -> bool | None:
-    """Whether the ortlab row's first call was one partition (``None``: no ortlab row)."""
+    """Whether the ortlab row's first call was one partition, size arithmetic aside
+    (``None``: no ortlab row)."""
     backend = result.ortlab_backends.get("ortlab")
     if backend is None:
         return None
-    return _coverage.one_partition(backend.graphs)
+    return _coverage.one_partition_but_sizes(backend.graphs)
 
 
 def _cell(ratio: float, most: float, *, strict: bool = False) -> str:
