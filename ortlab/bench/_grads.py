@@ -30,7 +30,8 @@ tolerance of eager's: ``assert_close(g / s, g_eager / s)`` at ten times the mode
 :attr:`ZooModel.grad_atol` / ``grad_rtol``, ``assert_close(g, g_eager)`` at those. They
 also pass, **against float64**, when the backend is as close to a float64 run as eager
 is: its error to the float64 gradients at most :data:`FP64_FACTOR` times eager's own
-(floored at :data:`FP64_FLOOR`). The second case is a discontinuity, not an error: a ReLU
+(eager's floored at float32 resolution; the rule of ``ortlab.diff(reference="float64")``,
+:func:`ortlab.numerics._compare.float64_allowed`). The second case is a discontinuity, not an error: a ReLU
 network whose pre-activation sits ~1e-5 from 0 flips its mask under a different float32
 rounding, which moves one weight's gradient by tens of percent although the backend is as
 exact as eager (measured on a ResNet-18: ortlab vs eager 21% on one weight, and ortlab's
@@ -52,12 +53,9 @@ from ortlab import _harness, errors, zoo
 from ortlab.backend import _torch_private
 from ortlab.numerics import _compare
 
-FP64_FACTOR = 2.0
-"""A backend passes against float64 when its error is at most this times eager's."""
-
-FP64_FLOOR = 1e-6
-"""Eager's float64 error is taken as at least this much (float32 resolution), so that a
-reference that happens to agree exactly does not ask the impossible."""
+FP64_FACTOR = _compare.FLOAT64_FACTOR
+"""A backend passes against float64 when its error is at most this times eager's (the
+numerics' rule, :func:`ortlab.numerics._compare.float64_allowed`)."""
 
 NEGLIGIBLE = 1e-3
 """A parameter's scale is at least this times the model's largest gradient scale."""
@@ -205,10 +203,11 @@ def worst(errors_: Sequence[ParamError]) -> ParamError | None:
 
 
 def fp64_close(backend_vs_fp64: float, eager_vs_fp64: float) -> bool:
-    """The backend is as close to float64 as eager is (:data:`FP64_FACTOR`)."""
+    """The backend is as close to float64 as eager is; both errors are relative to the
+    gradients' scale, so the scale is 1."""
     if not (math.isfinite(backend_vs_fp64) and math.isfinite(eager_vs_fp64)):
         return False
-    return backend_vs_fp64 <= FP64_FACTOR * max(eager_vs_fp64, FP64_FLOOR)
+    return backend_vs_fp64 <= _compare.float64_allowed(eager_vs_fp64, 1.0)
 
 
 def judge(
