@@ -149,7 +149,7 @@ def corpus_coverage(
     selection: str | Sequence[str] | None = None,
     *,
     out_dir: str | os.PathLike[str] = "reports",
-    inductor: str | Sequence[str] | None = "ci",
+    inductor: str | Sequence[str] | None = _coverage.INDUCTOR_GRADS,
     train_steps: int = 1,
     timing: bool = True,
     floor: bool = True,

@@ -440,11 +440,12 @@ def test_inspector_summary_shows_the_timeline_and_verdicts_their_source_line(
     title = eager_node.locator("a").first.get_attribute("xlink:title") or ""
     assert "rand_like" in title and "random op" in title, title
     # (a notebook cell is named "cell"; its line numbers are the cell's own)
-    assert re.search(r"from cell:12 in forward \S+.*: noisy = y \+ torch.rand_like\(y\)", title)
+    line = r"noisy = y \+ torch.rand_like\(y\)"
+    assert re.search(r"from cell:12 in forward \S+.*: " + line, title), title
     table = view.locator("table").last
     row = table.locator("tbody tr").first.locator("td").all_inner_texts()
     assert row[0] == "rand_like" and "random op" in row[2], row
-    assert re.match(r"cell:12 in forward \S+.*: noisy = y \+ torch.rand_like\(y\)", row[3]), row
+    assert re.match(r"cell:12 in forward \S+.*: " + line, row[3]), row
     for path in for_docs("verdict_source.png"):
         view.screenshot(path=str(path))
     assert not blocked, blocked

@@ -5,6 +5,7 @@ corpus-benchmark logic on synthetic rows (no compile)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import types
@@ -379,6 +380,7 @@ def test_demo_corpus_prints_writes_and_fails_on_a_failing_model(monkeypatch, cap
         seen.update(selection=selection, **kwargs)
         return rows, "# coverage table", (tmp_path / "a.md", tmp_path / "a.json")
 
+    corpus_coverage = _demo.corpus_coverage
     monkeypatch.setattr(_demo, "corpus_coverage", fake)
     argv = ["demo", "--corpus", "ci", "gpt2", "--out", "o", "--inductor", "none"]
     assert cli.main([*argv, "--steps", "2", "--no-floor"]) == 1
@@ -393,8 +395,13 @@ def test_demo_corpus_prints_writes_and_fails_on_a_failing_model(monkeypatch, cap
         "floor": False,
     }
     rows.pop()
+    seen.clear()
     assert cli.main(["demo", "--corpus", "--no-timing"]) == 0
-    assert seen["selection"] is None and seen["inductor"] == "ci" and seen["timing"] is False
+    assert seen["selection"] is None and seen["timing"] is False
+    # no --inductor: the coverage's default, the ci subset and two batch-norm CNNs
+    assert "inductor" not in seen
+    default = inspect.signature(corpus_coverage).parameters["inductor"].default
+    assert _coverage.select(default) == (*CI, "resnet18", "mobilenet_v2")
 
 
 def test_demo_corpus_refuses_the_zoo_report_options():

@@ -65,6 +65,12 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 _ADDRESS = re.compile(r"<(?:built-in )?function ([\w.]+)(?: at 0x[0-9a-fA-F]+)?>")
 
 
+INDUCTOR_GRADS = "ci,resnet18,mobilenet_v2"
+"""The models whose training-step gradients ``make corpus`` also checks under inductor,
+by default: the fast subset and two CNNs with batch norm (nine; inductor's training
+compile costs 25-60 s per model on a small CPU)."""
+
+
 def select(selection: str | Sequence[str] | None) -> tuple[str, ...]:
     """Corpus model names from a selection: ``"all"`` (or ``None``), ``"ci"`` (the fast
     subset), a family (``"decoder"``), or names (a sequence, or one comma-separated

@@ -31,11 +31,12 @@ tolerance of eager's: ``assert_close(g / s, g_eager / s)`` at ten times the mode
 also pass, **against float64**, when the backend is as close to a float64 run as eager
 is: its error to the float64 gradients at most :data:`FP64_FACTOR` times eager's own
 (eager's floored at float32 resolution; the rule of ``ortlab.diff(reference="float64")``,
-:func:`ortlab.numerics._compare.float64_allowed`). The second case is a discontinuity, not an error: a ReLU
-network whose pre-activation sits ~1e-5 from 0 flips its mask under a different float32
-rounding, which moves one weight's gradient by tens of percent although the backend is as
-exact as eager (measured on a ResNet-18: ortlab vs eager 21% on one weight, and ortlab's
-error to float64 equal to eager's). Both numbers are reported.
+:func:`ortlab.numerics._compare.float64_allowed`). The second case is a discontinuity,
+not an error: a ReLU network whose pre-activation sits ~1e-5 from 0 flips its mask under
+a different float32 rounding, which moves one weight's gradient by tens of percent
+although the backend is as exact as eager (measured on a ResNet-18: ortlab vs eager 21%
+on one weight, and ortlab's error to float64 equal to eager's). Both numbers are
+reported.
 """
 
 from __future__ import annotations
