@@ -44,13 +44,19 @@ def _ortlab_warnings(caught):
     return [w for w in caught if str(w.message).startswith("ortlab:")]
 
 
-def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(monkeypatch):
+def _plant_lowering_failure(monkeypatch, *names: str) -> None:
+    """Makes the named ``_torch_private`` lowering functions raise."""
     from ortlab.backend import _torch_private
 
     def broken(*args, **kwargs):
         raise RuntimeError("planted lowering failure")
 
-    monkeypatch.setattr(_torch_private, "lower_to_aten", broken)
+    for name in names:
+        monkeypatch.setattr(_torch_private, name, broken)
+
+
+def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(monkeypatch):
+    _plant_lowering_failure(monkeypatch, "lower_to_aten")
     model = Net()
     compiled = ortlab.compile(copy.deepcopy(model))
     x = torch.randn(3, 8)
@@ -67,13 +73,7 @@ def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(
 
 
 def test_a_failing_lowering_runs_the_graph_eagerly_and_records_why(monkeypatch):
-    from ortlab.backend import _torch_private
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("planted lowering failure")
-
-    monkeypatch.setattr(_torch_private, "lower_to_aten", broken)
-    monkeypatch.setattr(_torch_private, "aot_autograd_backend", broken)
+    _plant_lowering_failure(monkeypatch, "lower_to_aten", "aot_autograd_backend")
     model = Net()
     compiled = ortlab.compile(copy.deepcopy(model))
     x = torch.randn(3, 8)

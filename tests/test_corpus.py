@@ -485,6 +485,19 @@ def test_corpus_markdown_has_spreads_targets_and_first_calls():
     )
 
 
+def test_corpus_markdown_lists_the_machine_and_each_failed_backend():
+    ok = _result("resnet_tiny", {"eager": 2.0, "ortlab": 1.2, "ort": 1.0})
+    failed = _result("bert", {"eager": 2.0, "ortlab": 1.0}, errors_={"ortlab": "boom"})
+    markdown = _corpus.corpus_markdown([ok], {}, machine={"cores": 2})
+    assert "## Machine" in markdown and "| cores | 2 |" in markdown
+    assert "## Errors" not in markdown
+    markdown = _corpus.corpus_markdown([ok, failed], {}, machine={})
+    assert markdown.endswith(
+        "## Errors\n\n| model | backend | error |\n| --- | --- | --- |\n"
+        "| bert | ortlab | boom |\n"
+    )
+
+
 def test_the_default_corpus_bench_set_is_the_ci_subset_and_real_corpus_models():
     assert set(CI) <= set(_corpus.CORPUS_BENCH_MODELS)
     assert _coverage.select(_corpus.CORPUS_BENCH_MODELS) == _corpus.CORPUS_BENCH_MODELS

@@ -95,17 +95,24 @@ def test_report_escapes_every_string_that_comes_from_a_model(tmp_path):
     verdict.reason = "<img src=x onerror=alert(1)> & <script>alert(2)</script>"
     backend.partitions[0].error = "<b>boom</b> in <built-in function getitem>"
 
+    text, doc = _report_of(backend, tmp_path)
+    assert "<built-in function" not in text and "<script>alert" not in text
+    assert "&lt;built-in function getitem&gt;" in text
+    visible = "".join(doc.text)
+    assert "<img src=x onerror=alert(1)>" in visible
+    assert "<b>boom</b> in <built-in function getitem>" in visible
+
+
+def _report_of(backend, tmp_path):
+    """The report's text and parsed document, checked for markup of its own only: known
+    tags, one script (its own), one image (the timings plot)."""
     text = open(ortlab.report(backend, tmp_path / "r.html"), encoding="utf-8").read()
     doc = parse(text)
     tags = {t for t, _ in doc.tags}
     assert tags <= HTML_TAGS | SVG_TAGS, tags - HTML_TAGS - SVG_TAGS
     assert len([t for t, _ in doc.tags if t == "script"]) == 1
     assert len([t for t, _ in doc.tags if t == "img"]) == 1  # the timings plot only
-    assert "<built-in function" not in text and "<script>alert" not in text
-    assert "&lt;built-in function getitem&gt;" in text
-    visible = "".join(doc.text)
-    assert "<img src=x onerror=alert(1)>" in visible
-    assert "<b>boom</b> in <built-in function getitem>" in visible
+    return text, doc
 
 
 def test_report_escapes_source_lines_graph_causes_and_the_timeline(tmp_path):
@@ -121,12 +128,7 @@ def test_report_escapes_source_lines_graph_causes_and_the_timeline(tmp_path):
     backend.graphs[0].graph_break_source = hostile
     backend.timeline[0] = dataclasses.replace(backend.timeline[0], detail=hostile)
 
-    text = open(ortlab.report(backend, tmp_path / "r.html"), encoding="utf-8").read()
-    doc = parse(text)
-    tags = {t for t, _ in doc.tags}
-    assert tags <= HTML_TAGS | SVG_TAGS, tags - HTML_TAGS - SVG_TAGS
-    assert len([t for t, _ in doc.tags if t == "script"]) == 1
-    assert len([t for t, _ in doc.tags if t == "img"]) == 1  # the timings plot only
+    text, doc = _report_of(backend, tmp_path)
     assert "<script>alert" not in text and "<img src=x" not in text
     visible = "".join(doc.text)
     assert visible.count(hostile) >= 4  # by source line, eager nodes, cause, timeline

@@ -289,24 +289,9 @@ def corpus_markdown(
     lines += [
         _format.markdown_table(["model", *_format.HEADERS], full_rows),
         "",
-        "## Machine",
-        "",
-        _format.markdown_table(("fact", "value"), _format.machine_rows(machine)),
-        "",
+        *_format.machine_section(machine),
+        *_format.errors_section(results),
     ]
-    errors_seen = [
-        (r.name, b, e)
-        for r in results
-        for b, e in zip(r.frame["backend"], r.frame["error"])
-        if e
-    ]
-    if errors_seen:
-        lines += [
-            "## Errors",
-            "",
-            _format.markdown_table(("model", "backend", "error"), errors_seen),
-            "",
-        ]
     return "\n".join(lines)
 
 

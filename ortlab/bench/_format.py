@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas
 
+    from ortlab.bench import _result
+
 HEADERS = (
     "backend",
     "first call (s)",
@@ -129,3 +131,22 @@ def json_value(value: Any) -> Any:
 
 def frame_records(frame: pandas.DataFrame) -> list[dict[str, Any]]:
     return [{k: json_value(v) for k, v in rec.items()} for rec in frame.to_dict("records")]
+
+
+def machine_section(machine: Mapping[str, Any]) -> list[str]:
+    """The ``## Machine`` section of a markdown report, as lines."""
+    return ["## Machine", "", markdown_table(("fact", "value"), machine_rows(machine)), ""]
+
+
+def errors_section(results: Sequence[_result.BenchResult]) -> list[str]:
+    """The ``## Errors`` section of a markdown report (a row per backend that failed on a
+    model), as lines; none when nothing failed."""
+    seen = [
+        (r.name, b, e)
+        for r in results
+        for b, e in zip(r.frame["backend"], r.frame["error"])
+        if e
+    ]
+    if not seen:
+        return []
+    return ["## Errors", "", markdown_table(("model", "backend", "error"), seen), ""]

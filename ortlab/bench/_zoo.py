@@ -236,10 +236,7 @@ def zoo_markdown(
         "eager's output; `g/p/s` are the ortlab backend's graphs / partitions / sessions "
         "and `in ORT` its nodes that run in ONNX Runtime.",
         "",
-        "## Machine",
-        "",
-        _format.markdown_table(("fact", "value"), _format.machine_rows(machine)),
-        "",
+        *_format.machine_section(machine),
     ]
     shown = ("warmup", "iters", "min_time_s", "min_iters", "max_iters", "dynamic", "eval")
     setting_rows = [(k, settings.get(k)) for k in shown if k in settings]
@@ -250,20 +247,8 @@ def zoo_markdown(
             ("setting", "value"), [*setting_rows, ("batch / shapes", _shapes_text(results))]
         ),
         "",
+        *_format.errors_section(results),
     ]
-    errors_seen = [
-        (r.name, b, e)
-        for r in results
-        for b, e in zip(r.frame["backend"], r.frame["error"])
-        if e
-    ]
-    if errors_seen:
-        lines += [
-            "## Errors",
-            "",
-            _format.markdown_table(("model", "backend", "error"), errors_seen),
-        ]
-        lines.append("")
     return "\n".join(lines)
 
 
