@@ -55,16 +55,21 @@ def _plant_lowering_failure(monkeypatch, *names: str) -> None:
         monkeypatch.setattr(_torch_private, name, broken)
 
 
-def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(monkeypatch):
-    _plant_lowering_failure(monkeypatch, "lower_to_aten")
-    model = Net()
+def _compile_and_check(model, *inputs):
+    """Compiles a copy of ``model``, runs it on each input under ``no_grad`` against
+    eager; returns the compiled module and ortlab's warnings."""
     compiled = ortlab.compile(copy.deepcopy(model))
-    x = torch.randn(3, 8)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        torch.testing.assert_close(compiled(x), model(x))
-        torch.testing.assert_close(compiled(x * 2), model(x * 2))
-    (warning,) = _ortlab_warnings(caught)
+        for x in inputs:
+            torch.testing.assert_close(compiled(x), model(x))
+    return compiled, _ortlab_warnings(caught)
+
+
+def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(monkeypatch):
+    _plant_lowering_failure(monkeypatch, "lower_to_aten")
+    compiled, caught = _compile_and_check(Net(), torch.randn(3, 8), torch.randn(3, 8) * 2)
+    (warning,) = caught
     assert "planted lowering failure" in str(warning.message)
     (graph,) = compiled.ortlab_backend.graphs
     assert graph.lowering == "aot_autograd" and graph.error is None
@@ -74,13 +79,8 @@ def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(
 
 def test_a_failing_lowering_runs_the_graph_eagerly_and_records_why(monkeypatch):
     _plant_lowering_failure(monkeypatch, "lower_to_aten", "aot_autograd_backend")
-    model = Net()
-    compiled = ortlab.compile(copy.deepcopy(model))
-    x = torch.randn(3, 8)
-    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
-        warnings.simplefilter("always")
-        torch.testing.assert_close(compiled(x), model(x))
-    assert len(_ortlab_warnings(caught)) == 2  # the make_fx fall back, then the eager one
+    compiled, caught = _compile_and_check(Net(), torch.randn(3, 8))
+    assert len(caught) == 2  # the make_fx fall back, then the eager one
     backend = compiled.ortlab_backend
     (graph,) = backend.graphs
     assert graph.lowering == "eager" and "planted lowering failure" in graph.error
