@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -111,3 +112,39 @@ def test_modules_import_only_their_own_layer_or_below():
                 wrong.append(f"{module} (layer {own}) imports {imported} (layer {layer})")
     assert not wrong, "\n".join(wrong)
     assert _layer("ortlab.numerics._compare") == _layer("ortlab.bench._engine") == 3
+
+
+PRIVATE_API_HOMES = ("backend/_torch_private.py", "backend/_ort_private.py")
+
+
+def _private_api_uses(source: str) -> list[str]:
+    """Names in code (strings and comments aside) that reach into torch's private modules
+    (``torch._ops``, ``torch._dynamo`` …) or ONNX Runtime's bindings (``capi``)."""
+    names = ast.walk(ast.parse(source))
+    found = []
+    for node in names:
+        if isinstance(node, ast.Attribute):
+            dotted = ast.unparse(node)
+            if re.match(r"torch\._[a-zA-Z]", dotted) or ".capi" in dotted:
+                found.append(dotted)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if re.match(r"torch\._[a-zA-Z]", node.module) or "capi" in node.module:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if re.match(r"torch\._[a-zA-Z]", a.name)]
+    return found
+
+
+def test_private_torch_and_onnxruntime_apis_are_used_in_their_two_modules_only():
+    root = pathlib.Path(ortlab_package.__file__).parent
+    uses = {
+        str(path.relative_to(root)): found
+        for path in sorted(root.rglob("*.py"))
+        if str(path.relative_to(root)) not in PRIVATE_API_HOMES
+        and (found := _private_api_uses(path.read_text(encoding="utf-8")))
+    }
+    assert not uses, uses
+    # the check sees what it looks for, and only that
+    planted = _private_api_uses("import torch._dynamo\nx = torch._ops.OpOverload\n")
+    assert {"torch._dynamo", "torch._ops.OpOverload"} <= set(planted)
+    assert _private_api_uses('v = torch.__version__; "torch._dynamo"  # torch._ops\n') == []

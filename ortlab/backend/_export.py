@@ -56,10 +56,9 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _propagate_concrete_shapes(gm: torch.fx.GraphModule, args: Sequence[Any]) -> None:
     """Replaces symbolic ``meta['val']`` with values for these concrete inputs."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = _torch_private.concrete_fake_mode()
     fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake_args)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -72,7 +71,7 @@ def _fill_schema_defaults(gm: torch.fx.GraphModule) -> None:
     functions may need them, so make them explicit from the op schema."""
     for node in gm.graph.nodes:
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        if node.op != "call_function" or not _torch_private.is_op_overload(target):
             continue
         extra = {}
         for i, arg in enumerate(target._schema.arguments):
@@ -134,7 +133,7 @@ def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
     table = _torch_private.type_promotion_table()
     for node in gm.graph.nodes:
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        if node.op != "call_function" or not _torch_private.is_op_overload(target):
             continue
         rule = table.get_rule(target.overloadpacket)
         if rule is None:

@@ -11,9 +11,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-import torch
-
 from ortlab import errors
+from ortlab.backend import _torch_private
 
 MIN_OPSET = 18
 """Oldest opset torchlib's translations exist for (``TORCHLIB_OPSET`` in the exporter)."""
@@ -77,7 +76,7 @@ def _normalize_translations(
                 "pair."
             )
         op, function = pair
-        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if not (_torch_private.is_op_overload(op) or _torch_private.is_op_packet(op)):
             raise errors.UnsupportedOptionError(
                 f"OrtBackendOptions.custom_translations: key {op!r} is not a torch op; use "
                 "an OpOverload such as torch.ops.mylib.my_op.default (or its packet)."

@@ -71,11 +71,11 @@ _PLACEHOLDER_AUX_OUTPUTS = (
 
 def target_text(target: Any) -> str:
     """A readable name for a node target: ``aten.mm.default``, ``<built-in function add>``."""
-    if isinstance(target, torch._ops.OpOverload):
+    if _torch_private.is_op_overload(target):
         return (
             f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
         )
-    if isinstance(target, torch._ops.OpOverloadPacket):
+    if _torch_private.is_op_packet(target):
         return str(target)
     return str(target)
 
@@ -196,7 +196,7 @@ def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
     for item in excluded:
         if item is target:
             return True
-        if isinstance(target, torch._ops.OpOverload):
+        if _torch_private.is_op_overload(target):
             if item is target.overloadpacket:
                 return True
             if isinstance(item, str):
@@ -311,7 +311,7 @@ class OrtOperatorSupport(OperatorSupportBase):
                     return True, "selects an output of a supported node"
                 return False, "selects an output of a node that runs in PyTorch"
             return False, "selects from a value produced outside a partition"
-        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        if _torch_private.is_op_overload(target) and target._schema.is_mutable:
             return False, (
                 "mutates an input in place; ONNX values are immutable, so it runs in PyTorch"
             )
@@ -325,7 +325,7 @@ class OrtOperatorSupport(OperatorSupportBase):
                             f"dtype {t.dtype} has no ONNX Runtime/DLPack mapping in ortlab"
                         )
         if (
-            isinstance(target, torch._ops.OpOverload)
+            _torch_private.is_op_overload(target)
             and torch.Tag.nondeterministic_seeded in target.tags
         ):
             if "scaled_dot_product" in target.__name__ and _dropout_p(node) == 0:
@@ -336,7 +336,7 @@ class OrtOperatorSupport(OperatorSupportBase):
                     "PyTorch's, so it runs in PyTorch to keep results reproducible"
                 )
         if (
-            isinstance(target, torch._ops.OpOverload)
+            _torch_private.is_op_overload(target)
             and "batch_norm" in target.__name__
             and _schema_arg(node, "training") is True
         ):
@@ -344,7 +344,7 @@ class OrtOperatorSupport(OperatorSupportBase):
                 "batch norm in training mode: the ONNX translation does not reproduce "
                 "PyTorch's batch statistics (measured wrong); runs in PyTorch"
             )
-        if isinstance(target, torch._ops.OpOverload) and target.__name__.startswith(
+        if _torch_private.is_op_overload(target) and target.__name__.startswith(
             _PLACEHOLDER_AUX_OUTPUTS
         ):
             used = sorted(
@@ -379,7 +379,7 @@ def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
             aliases.add(node)
         elif (
             node.op == "call_function"
-            and isinstance(node.target, torch._ops.OpOverload)
+            and _torch_private.is_op_overload(node.target)
             and node.target.is_view
             and node.args
             and node.args[0] in aliases

@@ -728,6 +728,19 @@ def is_op_overload(target: Any) -> bool:
     return isinstance(target, torch._ops.OpOverload)
 
 
+def is_op_packet(target: Any) -> bool:
+    """Whether ``target`` is an op's overload packet (``torch.ops.aten.add``)."""
+    return isinstance(target, torch._ops.OpOverloadPacket)
+
+
+def concrete_fake_mode() -> Any:
+    """A FakeTensorMode that also accepts real tensors (to propagate concrete shapes
+    through a graph whose metadata is symbolic)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
 def dynamo_config_patch(config: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
     """A context manager applying Dynamo settings (a zoo model's ``dynamo_config``)."""
     return torch._dynamo.config.patch(config)

@@ -217,7 +217,7 @@ def _tiny_llama_inputs(batch: int) -> tuple:
 _SOFT_CLIP_LIMIT = 2.0
 
 
-def _soft_clip_op() -> torch._ops.OpOverloadPacket:
+def _soft_clip_op() -> Any:
     """Returns ``torch.ops.ortlab_zoo.soft_clip``, registering it on first use.
 
     Registration is lazy (the first ``"custom_op"`` build) and checks the op registry first,
