@@ -94,6 +94,11 @@ def test_select_understands_all_ci_families_and_names():
     assert _coverage.select("decoder") == zoo.corpus_names("decoder")
     assert _coverage.select("bert, gpt2,bert") == ("bert", "gpt2")
     assert _coverage.select(["ci", "resnet18"]) == (*CI, "resnet18")
+    assert _coverage.select(["ci", "resnet18,mobilenet_v2"]) == (
+        *CI,
+        "resnet18",
+        "mobilenet_v2",
+    )
 
 
 @pytest.mark.parametrize("bad", ["no_such_model", "mlp", " , "])

@@ -81,7 +81,12 @@ def select(selection: str | Sequence[str] | None) -> tuple[str, ...]:
     """
     if selection is None:
         return zoo.corpus_names()
-    items = selection.split(",") if isinstance(selection, str) else list(selection)
+    # (each item may itself be a comma-separated list: ``--corpus a,b c`` on the CLI)
+    items = [
+        part
+        for item in ([selection] if isinstance(selection, str) else selection)
+        for part in item.split(",")
+    ]
     names: list[str] = []
     for item in (i.strip() for i in items):
         if not item:

@@ -37,17 +37,20 @@ class _AsModule(torch.nn.Module):
 
 
 def _export(module: torch.nn.Module, args: tuple[Any, ...]) -> Any:
-    """The exported ``onnx.ModelProto``, with the exporter's progress and warnings about
-    optional packages (torchvision) kept out of the benchmark's output."""
-    onnx_logger = logging.getLogger("torch.onnx")
-    level = onnx_logger.level
-    onnx_logger.setLevel(logging.ERROR)
+    """The exported ``onnx.ModelProto``, with the exporter's progress, its warnings about
+    optional packages (torchvision) and its optimizer's notes on constants it leaves
+    unfolded ("Evaluation failed: ...") kept out of the benchmark's output."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript.optimizer")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = torch.onnx.export(module, args, dynamo=True, verbose=False)
     finally:
-        onnx_logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
     if program is None:  # pragma: no cover - dynamo=True always returns a program
         raise errors.ExportError("torch.onnx.export returned no ONNXProgram")
     return program.model_proto
