@@ -14,9 +14,20 @@ For each model it compiles with the ortlab backend, warms up, then
    hand-off (OrtValue / DLPack), the ORT run itself, PyTorch ops run eagerly, model code;
 3. times the bare ONNX Runtime sessions on the inputs their partitions received, made and
    fed the backend's way (``ortlab.backend.create_session``: same providers and session
-   options, zero-copy torch <-> OrtValue hand-off).
+   options, zero-copy torch <-> OrtValue hand-off);
+4. times two reference points: **Dynamo's entry alone** (the model under ``torch.compile``
+   with ortlab's ``dynamic=True`` and a backend that runs nothing, each graph returning
+   the outputs of its first run: frame entry, guards and the bytecode around the graphs,
+   the least any ``torch.compile`` backend costs) and **the floor** (the whole model
+   exported once and run by one bare session, as ``ortlab bench``'s ``ort`` row).
 
-Eager, ortlab and the bare sessions are timed interleaved by ``ortlab.bench``'s engine.
+``ortlab − (Dynamo entry + bare sessions)`` is what the call costs beyond Dynamo and ONNX
+Runtime themselves: ortlab's glue, the hand-off, eager ops, and the two sharing the cores;
+``bare sessions − floor`` is what ONNX Runtime loses on ortlab's partition against the
+whole-model export (weights passed as inputs instead of initializers, unless frozen).
+
+Eager, ortlab, the bare sessions and the reference points are timed interleaved by
+``ortlab.bench``'s engine.
 
 cProfile adds a roughly constant cost to every Python call, so layers made of many small
 Python calls look bigger under the profiler than they are; the "est. µs" column scales
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import cProfile
 import pstats
 import sys
@@ -41,6 +53,7 @@ import ortlab
 from ortlab import zoo
 from ortlab.backend import _torch_private
 from ortlab.bench import _engine, _format, _zoo
+from ortlab.bench._floor import OrtFloor
 
 MODELS = ("mlp", "gelu_mlp", "cnn", "transformer_layer", "tiny_llama")
 
@@ -122,6 +135,25 @@ def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Calla
     return run_all
 
 
+def _dynamo_entry(model: torch.nn.Module) -> Any:
+    """``model`` under ``torch.compile`` (``dynamic=True``, as :func:`ortlab.compile`) with
+    a backend that runs nothing: every graph returns the outputs of its first run."""
+
+    def cached_outputs(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        cache: list[Any] = []
+
+        def run(*args: Any) -> Any:
+            if not cache:
+                cache.append(gm(*args))
+            return cache[0]
+
+        return run
+
+    return torch.compile(  # type: ignore[call-overload]
+        copy.deepcopy(model), backend=cached_outputs, dynamic=True, isolate_recompiles=True
+    )
+
+
 def _median_us_interleaved(calls: dict[str, Callable[[], Any]], n: int) -> dict[str, float]:
     """Median µs per call of each callable, timed in interleaved blocks (as ``bench``
     does), so that load changes on a shared machine reach them alike."""
@@ -146,12 +178,29 @@ def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
         def eager_call() -> Any:
             return model(*inputs)
 
+        entry_only = _dynamo_entry(model)
+        floor = OrtFloor(model, tuple(inputs), options=backend.options)
+
+        def entry_call() -> Any:
+            return entry_only(*inputs)
+
+        def floor_call() -> Any:
+            return floor(*inputs)
+
         for _ in range(10):
             ortlab_call()
             eager_call()
+            entry_call()
         bare_call = _bare_sessions(backend, ortlab_call)
         medians = _median_us_interleaved(
-            {"eager": eager_call, "ortlab": ortlab_call, "bare": bare_call}, calls
+            {
+                "eager": eager_call,
+                "ortlab": ortlab_call,
+                "bare": bare_call,
+                "entry": entry_call,
+                "floor": floor_call,
+            },
+            calls,
         )
         profiler = cProfile.Profile()
         profiler.enable()
@@ -173,6 +222,8 @@ def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
         "eager_us": eager_us,
         "ortlab_us": ortlab_us,
         "bare_ort_us": bare_us,
+        "dynamo_entry_us": medians["entry"],
+        "floor_us": medians["floor"],
         "profiled_us": total / calls * 1e6,
         "layers": {k: v / calls * 1e6 for k, v in layers.items()},
         "share": {k: v / total for k, v in layers.items()},
@@ -197,7 +248,10 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
                 "eager µs",
                 "ortlab µs",
                 "bare ORT sessions µs",
-                "ortlab − bare ORT µs",
+                "Dynamo entry µs",
+                "floor µs",
+                "ortlab − (entry + bare) µs",
+                "bare / floor",
                 "partitions / sessions",
                 "nodes in ORT",
             ),
@@ -207,7 +261,10 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
                     f"{r['eager_us']:.0f}",
                     f"{r['ortlab_us']:.0f}",
                     f"{r['bare_ort_us']:.0f}",
-                    f"{r['ortlab_us'] - r['bare_ort_us']:.0f}",
+                    f"{r['dynamo_entry_us']:.0f}",
+                    f"{r['floor_us']:.0f}",
+                    f"{r['ortlab_us'] - r['dynamo_entry_us'] - r['bare_ort_us']:.0f}",
+                    f"{r['bare_ort_us'] / r['floor_us']:.2f}",
                     f"{r['summary']['partitions']} / {r['summary']['sessions']}",
                     f"{r['summary']['nodes_in_ort']}/{r['summary']['nodes']}",
                 )
@@ -216,8 +273,12 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
         ),
         "",
         "`bare ORT sessions` runs each session the call used, on the inputs it received, "
-        "with the backend's zero-copy hand-off; `ortlab − bare ORT` is the price of the "
-        "compiled path around it (Dynamo, AOTAutograd, glue, eager ops).",
+        "with the backend's zero-copy hand-off. `Dynamo entry` is the model compiled with a "
+        "backend that runs nothing (dynamic=True): Dynamo's own price per call. `floor` is "
+        "the whole model exported once and run by one bare session. `ortlab − (entry + "
+        "bare)` is what remains: ortlab's glue, the hand-off, eager ops, the runtimes "
+        "sharing the cores. `bare / floor` is ONNX Runtime on ortlab's partitions against "
+        "the whole-model export.",
         "",
     ]
     for r in results:
