@@ -40,7 +40,7 @@ import logging
 import math as math_module
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -723,12 +723,12 @@ def compiled_original(fn: Any) -> Any:
     return original if callable(original) else None
 
 
-def is_op_overload(target: Any) -> bool:
+def is_op_overload(target: Any) -> TypeGuard[torch._ops.OpOverload]:
     """Whether an FX node's target is an ATen/prims op overload (``aten.add.Tensor``)."""
     return isinstance(target, torch._ops.OpOverload)
 
 
-def is_op_packet(target: Any) -> bool:
+def is_op_packet(target: Any) -> TypeGuard[torch._ops.OpOverloadPacket]:
     """Whether ``target`` is an op's overload packet (``torch.ops.aten.add``)."""
     return isinstance(target, torch._ops.OpOverloadPacket)
 
