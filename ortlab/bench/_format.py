@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas
 
-    from ortlab.bench import _result
-
 HEADERS = (
     "backend",
     "first call (s)",
@@ -138,9 +136,10 @@ def machine_section(machine: Mapping[str, Any]) -> list[str]:
     return ["## Machine", "", markdown_table(("fact", "value"), machine_rows(machine)), ""]
 
 
-def errors_section(results: Sequence[_result.BenchResult]) -> list[str]:
+def errors_section(results: Sequence[Any]) -> list[str]:
     """The ``## Errors`` section of a markdown report (a row per backend that failed on a
-    model), as lines; none when nothing failed."""
+    model of ``results``, :class:`~ortlab.bench.BenchResult` s), as lines; none when
+    nothing failed."""
     seen = [
         (r.name, b, e)
         for r in results
