@@ -155,16 +155,16 @@ def test_attention_whose_logsumexp_is_used_stays_eager(registry):
     assert next(v for v in unused.values() if "flash_attention" in v.target).supported
 
 
-def test_source_is_the_innermost_frame_outside_torch():
+def test_source_is_the_innermost_frame_outside_torch(tmp_path):
     import os
 
     graph = torch.fx.Graph()
     node = graph.call_function(torch.ops.aten.relu.default, ())
     torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py")
     node.meta["stack_trace"] = (
-        '  File "/home/me/project/model.py", line 12, in forward\n'
+        f'  File "{tmp_path / "project" / "model.py"}", line 12, in forward\n'
         "    h = self.block(x)\n"
-        '  File "/home/me/project/blocks.py", line 40, in forward\n'
+        f'  File "{tmp_path / "project" / "blocks.py"}", line 40, in forward\n'
         "    return F.relu(self.fc(x))\n"
         "           ^^^^^^^^^^^^^^^^^^\n"
         f'  File "{torch_file}", line 1700, in relu\n'
@@ -177,10 +177,11 @@ def test_source_is_the_innermost_frame_outside_torch():
     assert _support.user_source(node) == ""
 
 
-def test_dynamo_resume_functions_and_notebook_cells_read_as_people_name_them():
+def test_dynamo_resume_functions_and_notebook_cells_read_as_people_name_them(tmp_path):
     assert _support.function_name("forward") == "forward"
     assert (
         _support.function_name("torch_dynamo_resume_in_forward_at_11")
         == "forward (resumed after line 11)"
     )
-    assert _support.short_path("/tmp/ipykernel_4242/497510299.py") == "cell"
+    # ipykernel compiles a cell to <tmp>/ipykernel_<pid>/<hash>.py
+    assert _support.short_path(str(tmp_path / "ipykernel_4242" / "497510299.py")) == "cell"
