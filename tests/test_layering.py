@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import importlib
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -117,21 +116,31 @@ def test_modules_import_only_their_own_layer_or_below():
 PRIVATE_API_HOMES = ("backend/_torch_private.py", "backend/_ort_private.py")
 
 
+def _is_private(dotted: str) -> bool:
+    """A torch module path or attribute with a private part (``torch._ops``,
+    ``torch.utils._sympy``), or ONNX Runtime's bindings; ops (``torch.ops.aten._foo``)
+    and dunders (``torch.__version__``) are not."""
+    if ".capi" in dotted or dotted.startswith("onnxruntime.capi"):
+        return True
+    if not dotted.startswith("torch.") or dotted.startswith("torch.ops."):
+        return False
+    return any(p.startswith("_") and not p.startswith("__") for p in dotted.split("."))
+
+
 def _private_api_uses(source: str) -> list[str]:
     """Names in code (strings and comments aside) that reach into torch's private modules
     (``torch._ops``, ``torch._dynamo`` …) or ONNX Runtime's bindings (``capi``)."""
-    names = ast.walk(ast.parse(source))
     found = []
-    for node in names:
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute):
             dotted = ast.unparse(node)
-            if re.match(r"torch\._[a-zA-Z]", dotted) or ".capi" in dotted:
+            if _is_private(dotted):
                 found.append(dotted)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if re.match(r"torch\._[a-zA-Z]", node.module) or "capi" in node.module:
+            if _is_private(node.module):
                 found.append(node.module)
         elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names if re.match(r"torch\._[a-zA-Z]", a.name)]
+            found += [a.name for a in node.names if _is_private(a.name)]
     return found
 
 
@@ -145,6 +154,9 @@ def test_private_torch_and_onnxruntime_apis_are_used_in_their_two_modules_only()
     }
     assert not uses, uses
     # the check sees what it looks for, and only that
-    planted = _private_api_uses("import torch._dynamo\nx = torch._ops.OpOverload\n")
-    assert {"torch._dynamo", "torch._ops.OpOverload"} <= set(planted)
+    planted = _private_api_uses(
+        "import torch._dynamo\nx = torch._ops.OpOverload\nfrom torch.utils._sympy import f\n"
+    )
+    assert {"torch._dynamo", "torch._ops.OpOverload", "torch.utils._sympy"} <= set(planted)
+    assert _private_api_uses("y = torch.ops.aten._local_scalar_dense.default\n") == []
     assert _private_api_uses('v = torch.__version__; "torch._dynamo"  # torch._ops\n') == []

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ortlab.backend import _torch_private
+
 _SIZE_READS = (torch.ops.aten.sym_size.int,)
 
 
@@ -87,7 +89,8 @@ class _Emitter:
 
     def _emit(self, expr: Any) -> Any:
         import sympy
-        from torch.utils._sympy import functions
+
+        functions = _torch_private.sympy_size_functions()
 
         if expr.is_Integer:
             return int(expr)

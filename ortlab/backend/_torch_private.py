@@ -733,6 +733,14 @@ def is_op_packet(target: Any) -> TypeGuard[torch._ops.OpOverloadPacket]:
     return isinstance(target, torch._ops.OpOverloadPacket)
 
 
+def sympy_size_functions() -> Any:
+    """torch's sympy functions of symbolic sizes (``FloorDiv``, ``CeilToInt``,
+    ``IntTrueDiv``, ``CeilDiv``, ``PythonMod``, ``Mod``)."""
+    from torch.utils._sympy import functions
+
+    return functions
+
+
 def concrete_fake_mode() -> Any:
     """A FakeTensorMode that also accepts real tensors (to propagate concrete shapes
     through a graph whose metadata is symbolic)."""
