@@ -293,8 +293,8 @@ def test_sessions_frame_shows_symbolic_input_schema_and_model_facts(inference, t
     frame = views.sessions_frame(inference)
     assert list(frame.columns) == [
         "graph", "kind", "partition", "session", "input_schema", "output_schema",
-        "providers", "export_s", "session_s", "runs", "onnx_nodes", "model_bytes",
-        "export_method", "active",
+        "providers", "threads", "export_s", "session_s", "runs", "onnx_nodes",
+        "model_bytes", "export_method", "active",
     ]  # fmt: skip
     assert len(frame) == len(inference.sessions) == 2
     for row, s in zip(frame.itertuples(), inference.sessions):
@@ -303,6 +303,7 @@ def test_sessions_frame_shows_symbolic_input_schema_and_model_facts(inference, t
         assert row.model_bytes == s.model_bytes > 0
         assert row.runs == s.run_count == 2  # batch 4 and 16 share the symbolic session
         assert "CPUExecutionProvider" in row.providers
+        assert row.threads == s.threads >= 1 and s.threads_note
     static = views.sessions_frame(two_sessions)
     assert list(static["session"]) == [0, 1]
     assert "float32[4,2]" in static.iloc[0]["input_schema"]
@@ -315,7 +316,7 @@ def test_timings_frame_breaks_compile_time_down_by_step(training):
     assert list(frame["step"]) == [
         "Dynamo trace", "exporter registry", "lower to ATen", "support", "partition",
         "Dynamo guards", "type promotion", "translate", "serialize", "transforms",
-        "session", "first run",
+        "session", "choose threads", "first run",
     ]  # fmt: skip
     expected = training.compile_timings()
     assert frame["seconds"].sum() == pytest.approx(sum(expected.values()))

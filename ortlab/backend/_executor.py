@@ -32,6 +32,7 @@ from ortlab.backend import (
     _options,
     _runtime,
     _session,
+    _threads,
     _torch_private,
     records,
 )
@@ -254,21 +255,33 @@ class OrtPartitionModule:
             # arguments to that schema (a static export fixes concrete sizes instead).
             guaranteed=not static,
         )
+        choice, probe_threads = _threads.initial(options, providers[0][0])
+
+        def make_runner(threads: int | None) -> _runtime.OrtRunner:
+            made = _session.create_session(
+                model_bytes, providers, options.ort_session_options, threads
+            )
+            return _runtime.OrtRunner(made, proto, **runner_kwargs)
+
         start = time.perf_counter()
-        runner, graph_note = None, ""
+        graphed, graph_note = None, ""
         if options.cuda_graphs:
-            runner, graph_note = self._create_cuda_graph_runner(
+            graphed, graph_note = self._create_cuda_graph_runner(
                 proto, model_bytes, providers, runner_kwargs
             )
-        if runner is None:
-            session = _session.create_session(
-                model_bytes, providers, options.ort_session_options
-            )
-            runner = _runtime.OrtRunner(session, proto, **runner_kwargs)
-        session = runner.session
+        runner = graphed or make_runner(choice.threads)
         session_seconds = time.perf_counter() - start
         timings = dict(exported.timings)
         timings["session"] = session_seconds
+        if probe_threads and choice.threads is not None:
+            runner, choice = _threads.probe(
+                runner,
+                choice.threads,
+                twin=lambda: make_runner(1),
+                run=lambda r: r.run(args),
+            )
+            timings["threads"] = choice.seconds
+        session = runner.session
         placeholders = record.input_names
         session_record = records.SessionRecord(
             partition=record.name,
@@ -291,6 +304,8 @@ class OrtPartitionModule:
             frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
             cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
             cuda_graph_note=graph_note,
+            threads=choice.threads,
+            threads_note=choice.note,
         )
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.

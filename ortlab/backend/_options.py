@@ -141,9 +141,18 @@ class OrtBackendOptions:
     run, with one warning saying to pass ``dynamic=True`` to ``torch.compile``."""
 
     ort_session_options: onnxruntime.SessionOptions | None = None
-    """``onnxruntime.SessionOptions`` used for every session, as given. ``None``: ortlab's
-    defaults (intra-op threads = ``torch.get_num_threads()``, no spinning). Backends with
-    this option set are never shared through the instance cache."""
+    """``onnxruntime.SessionOptions`` used for every session, as given (their thread
+    settings included). ``None``: ortlab's defaults (no spinning, threads from
+    ``intra_op_threads``). Backends with this option set are never shared through the
+    instance cache."""
+
+    intra_op_threads: int | str = "auto"
+    """ONNX Runtime's intra-op threads per CPU session (with ortlab's default session
+    options). ``"auto"``: ``torch.get_num_threads()``, except for sessions whose run is
+    short (under 2 ms): those are timed against a one-thread twin on their first inputs
+    and the faster is kept (waking threads costs more than it saves on small ops).
+    ``SessionRecord.threads`` and ``threads_note`` say what was chosen and why. An int
+    fixes the count."""
 
     pre_ort_model_transforms: Sequence[Callable[[onnx.ModelProto], None]] | None = None
     """Callables applied in order to each exported ``onnx.ModelProto`` (in place) before
@@ -275,6 +284,20 @@ class OrtBackendOptions:
                     "OrtBackendOptions.ort_session_options must be an "
                     f"onnxruntime.SessionOptions; got {type(self.ort_session_options)!r}."
                 )
+        threads = self.intra_op_threads
+        if threads != "auto" and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise errors.UnsupportedOptionError(
+                'OrtBackendOptions.intra_op_threads must be "auto" or an int >= 1; '
+                f"got {threads!r}."
+            )
+        if threads != "auto" and self.ort_session_options is not None:
+            raise errors.UnsupportedOptionError(
+                "OrtBackendOptions.intra_op_threads applies to ortlab's default session "
+                "options; with ort_session_options given, set intra_op_num_threads on "
+                "those instead."
+            )
         excluded = self.excluded_ops
         if isinstance(excluded, str) or not isinstance(excluded, Sequence):
             excluded = (excluded,)

@@ -7,8 +7,8 @@
 #
 # Threads: ORT's defaults (one spinning thread per core) fight torch's OpenMP threads for
 # the same cores; measured 2-3x slower on a 2-core machine. Unless the user passes
-# ``ort_session_options``, sessions use ``intra_op_num_threads = torch.get_num_threads()``
-# with spinning off.
+# ``ort_session_options``, sessions have spinning off and the intra-op thread count that
+# ``_threads`` chooses (``torch.get_num_threads()``, or one for short runs).
 """
 
 from __future__ import annotations
@@ -93,12 +93,13 @@ def select_providers(
     return chosen
 
 
-def default_session_options() -> onnxruntime.SessionOptions:
-    """Session options that share the cores politely with PyTorch (see module NOTE)."""
+def default_session_options(threads: int | None = None) -> onnxruntime.SessionOptions:
+    """Session options that share the cores politely with PyTorch (see module NOTE):
+    ``threads`` intra-op threads (``None``: ``torch.get_num_threads()``), no spinning."""
     import onnxruntime
 
     so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = max(1, torch.get_num_threads())
+    so.intra_op_num_threads = threads or max(1, torch.get_num_threads())
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
@@ -110,14 +111,20 @@ def create_session(
     model_bytes: bytes,
     providers: Sequence[Provider],
     session_options: onnxruntime.SessionOptions | None,
+    threads: int | None = None,
 ) -> onnxruntime.InferenceSession:
-    """Creates the session, turning ORT's refusal into a :class:`SessionError`."""
+    """Creates the session, turning ORT's refusal into a :class:`SessionError`.
+
+    Args:
+        session_options: The user's options, used as given; ``None``: ortlab's defaults
+            with ``threads`` intra-op threads (``None``: ``torch.get_num_threads()``).
+    """
     import onnxruntime
 
     try:
         return onnxruntime.InferenceSession(
             model_bytes,
-            sess_options=session_options or default_session_options(),
+            sess_options=session_options or default_session_options(threads),
             providers=[name for name, _ in providers],
             provider_options=[opts for _, opts in providers],
         )

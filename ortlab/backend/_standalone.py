@@ -23,7 +23,7 @@ import onnx
 import torch
 
 from ortlab import errors
-from ortlab.backend import _options, _runtime, _session
+from ortlab.backend import _options, _runtime, _session, _threads
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -50,10 +50,15 @@ class StandaloneSession:
     """
 
     def __init__(
-        self, session: onnxruntime.InferenceSession, runner: _runtime.OrtRunner
+        self,
+        session: onnxruntime.InferenceSession,
+        runner: _runtime.OrtRunner,
+        threads: _threads.ThreadChoice,
     ) -> None:
         self.session = session
         """The ``onnxruntime.InferenceSession``."""
+        self.threads = threads
+        """Its intra-op thread count and how it was chosen."""
         self._runner = runner
 
     @property
@@ -105,6 +110,7 @@ def create_session(
     like: Sequence[Any],
     options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
     providers: Sequence[str] | None = None,
+    choose_threads: bool = False,
 ) -> StandaloneSession:
     """Creates a session on ``model`` for inputs like ``like``, as the backend would.
 
@@ -118,6 +124,9 @@ def create_session(
         providers: Exact provider names, e.g. a ``SessionRecord.providers`` whose session
             is being reproduced; provider options come from ``options`` when it names
             the same provider.
+        choose_threads: With ``intra_op_threads="auto"``, time the session on ``like``
+            (real inputs then) against a one-thread twin and keep the faster, as the
+            backend does for its partitions (``StandaloneSession.threads`` tells).
 
     Raises:
         SessionError: ONNX Runtime refused the model, or an output has a dtype the
@@ -125,24 +134,34 @@ def create_session(
     """
     resolved = _options.OrtBackendOptions.from_value(options)
     chosen = _providers(resolved, like, providers)
-    session = _session.create_session(
-        model.SerializeToString(), chosen, resolved.ort_session_options
-    )
-    typed = _with_output_types(model, session)
-    device = _output_device(like, session.get_providers()[0])
-    try:
-        runner = _runtime.OrtRunner(
-            session,
-            typed,
-            input_fx_values=tuple(like),
-            output_fx_values=tuple(_output_like(vi, device) for vi in typed.graph.output),
-            args=tuple(like),
-            frozen={},
-            preallocate_output=False,
+    model_bytes = model.SerializeToString()
+    choice, probe = _threads.initial(resolved, chosen[0][0])
+
+    def make_runner(threads: int | None) -> _runtime.OrtRunner:
+        session = _session.create_session(
+            model_bytes, chosen, resolved.ort_session_options, threads
         )
-    except (TypeError, ValueError) as e:
-        raise errors.SessionError(f"cannot run this model on torch tensors: {e}") from e
-    return StandaloneSession(session, runner)
+        typed = _with_output_types(model, session)
+        device = _output_device(like, session.get_providers()[0])
+        try:
+            return _runtime.OrtRunner(
+                session,
+                typed,
+                input_fx_values=tuple(like),
+                output_fx_values=tuple(_output_like(vi, device) for vi in typed.graph.output),
+                args=tuple(like),
+                frozen={},
+                preallocate_output=False,
+            )
+        except (TypeError, ValueError) as e:
+            raise errors.SessionError(f"cannot run this model on torch tensors: {e}") from e
+
+    runner = make_runner(choice.threads)
+    if choose_threads and probe and choice.threads is not None:
+        runner, choice = _threads.probe(
+            runner, choice.threads, twin=lambda: make_runner(1), run=lambda r: r.run(like)
+        )
+    return StandaloneSession(runner.session, runner, choice)
 
 
 def _providers(

@@ -63,7 +63,7 @@ class OrtFloor:
 
     Attributes:
         export_seconds: ``torch.onnx.export`` of the whole model.
-        session_seconds: Creating its session.
+        session_seconds: Creating its session (and choosing its threads).
 
     Raises:
         ExportError: the model does not export, or its inputs are not the call's.
@@ -89,7 +89,10 @@ class OrtFloor:
                 f"call passes {len(flat)} values"
             )
         start = time.perf_counter()
-        self.session = ortlab.backend.create_session(model, like=flat, options=options)
+        # Its threads are chosen as the backend chooses a partition's (on these inputs).
+        self.session = ortlab.backend.create_session(
+            model, like=flat, options=options, choose_threads=True
+        )
         self.session_seconds = time.perf_counter() - start
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:

@@ -208,6 +208,7 @@ def onnx_model_info(session: records.SessionRecord) -> str:
         ("providers", ", ".join(session.providers)),
         ("export", f"{session.export_method}, {session.export_seconds * 1e3:.1f} ms"),
         ("session creation", f"{session.session_seconds * 1e3:.1f} ms"),
+        ("intra-op threads", _threads_text(session)),
         ("runs", session.run_count),
     ]
     if session.frozen_inputs:
@@ -216,6 +217,11 @@ def onnx_model_info(session: records.SessionRecord) -> str:
         rows.append(("CUDA graph", session.cuda_graph_status))
     rows.append(("save as a test case", save_hint(session)))
     return _html.table(("", ""), rows)
+
+
+def _threads_text(session: records.SessionRecord) -> str:
+    count = "ONNX Runtime's default" if session.threads is None else str(session.threads)
+    return f"{count} ({session.threads_note})" if session.threads_note else count
 
 
 def save_hint(session: records.SessionRecord) -> str:

@@ -52,6 +52,7 @@ SESSION_COLUMNS = (
     "input_schema",
     "output_schema",
     "providers",
+    "threads",
     "export_s",
     "session_s",
     "runs",
@@ -86,6 +87,7 @@ STEP_LABELS = {
     "serialize": "serialize",
     "transforms": "transforms",
     "session": "session",
+    "threads": "choose threads",
     "first_run": "first run",
 }
 """Display name of each compile step (keys: ``records.TIMING_STEPS``)."""
@@ -263,7 +265,8 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
 
     Columns: ``graph``, ``kind``, ``partition``, ``session`` (index in the partition),
     ``input_schema`` and ``output_schema`` (e.g. ``"float32[s77,8], float32[16]"``,
-    symbolic dims by name), ``providers``, ``export_s``, ``session_s`` (seconds), ``runs``,
+    symbolic dims by name), ``providers``, ``threads`` (ORT intra-op threads; ``None``:
+    ORT's default), ``export_s``, ``session_s`` (seconds), ``runs``,
     ``onnx_nodes``, ``model_bytes``, ``export_method``, ``active``.
     """
     rows = []
@@ -284,6 +287,7 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
                 ", ".join(s.input_schema),
                 ", ".join(s.output_schema),
                 ", ".join(s.providers),
+                s.threads,
                 s.export_seconds,
                 s.session_seconds,
                 s.run_count,

@@ -1,0 +1,124 @@
+"""How many intra-op threads an ONNX Runtime session on the CPU gets.
+
+# NOTE: ONNX Runtime parallelises inside each op. With spinning off (see _session), each
+# parallel op wakes the other threads, which costs more than it saves on small ops: on a
+# 2-core machine the corpus's small transformers ran 1.3-1.5x faster in ORT with one
+# thread than with two (GPT-2, 2 layers: 0.36 vs 0.54 ms per compiled call), while
+# EfficientNet (2-3 ms a run) and ResNet-18 (40 ms) need both. The run time, not the
+# FLOP count, tells them apart (a depthwise-convolution CNN of 8 MFLOP wants two
+# threads, a 5 MFLOP audio encoder one), so "auto" measures:
+#
+#   session with torch.get_num_threads() threads -> median of PROBE_RUNS runs
+#     >= PROBE_BELOW_SECONDS: keep it (not probed)
+#     <  PROBE_BELOW_SECONDS: make a one-thread twin, time it the same way on the same
+#                              inputs, keep the faster (ties keep the first)
+#
+# ORT runs do not change their inputs, so the probe runs are side-effect free; they are
+# paid once per session, in the first call (``SessionRecord.timings["threads"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from ortlab.backend import _options, _session
+
+PROBE_BELOW_SECONDS = 2e-3
+"""Sessions whose run takes less than this with several threads try one thread."""
+PROBE_RUNS = 5
+"""Timed runs per candidate (after a first run)."""
+SKIP_AFTER_FIRST_RUN = 5
+"""A first run this many times ``PROBE_BELOW_SECONDS`` or longer ends the probe (a large
+model pays one extra run, not six)."""
+
+R = TypeVar("R")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadChoice:
+    """The intra-op thread count of one session and why."""
+
+    threads: int | None
+    """Intra-op threads (``None``: ONNX Runtime's own default, from the user's session
+    options)."""
+    note: str
+    """Why, in words (with the probe's medians when there was one)."""
+    seconds: float = 0.0
+    """Time spent choosing (the probe runs and the twin's creation)."""
+
+
+def initial(
+    options: _options.OrtBackendOptions, first_provider: str
+) -> tuple[ThreadChoice, bool]:
+    """The thread count to create a session with, and whether to probe one thread."""
+    if options.ort_session_options is not None:
+        given = options.ort_session_options.intra_op_num_threads
+        return ThreadChoice(given or None, "set by ort_session_options"), False
+    if options.intra_op_threads != "auto":
+        threads = int(options.intra_op_threads)
+        return ThreadChoice(threads, "set by intra_op_threads"), False
+    threads = max(1, torch.get_num_threads())
+    if threads == 1:
+        return ThreadChoice(1, "torch.get_num_threads() is 1"), False
+    if first_provider != _session.CPU:
+        note = f"not probed: the session runs on {first_provider}"
+        return ThreadChoice(threads, note), False
+    return ThreadChoice(threads, ""), True
+
+
+def _median_run(run: Callable[[R], object], runner: R, clock: Callable[[], float]) -> float:
+    """The median of PROBE_RUNS timed runs after a first one (its allocations); a first run
+    of SKIP_AFTER_FIRST_RUN times the bound or more is returned as it is."""
+    start = clock()
+    run(runner)
+    first = clock() - start
+    if first >= SKIP_AFTER_FIRST_RUN * PROBE_BELOW_SECONDS:
+        return first
+    times = []
+    for _ in range(PROBE_RUNS):
+        start = clock()
+        run(runner)
+        times.append(clock() - start)
+    return statistics.median(times)
+
+
+def probe(
+    runner: R,
+    threads: int,
+    *,
+    twin: Callable[[], R],
+    run: Callable[[R], object],
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[R, ThreadChoice]:
+    """Times ``runner`` (``threads`` threads) and, when its run is short, a one-thread
+    ``twin()``; returns the faster and the choice.
+
+    Args:
+        runner: The session's runner, made with ``threads`` intra-op threads.
+        twin: Makes the same session with one thread.
+        run: Runs a runner once on the session's first inputs.
+        clock: Seconds (a fake one in tests).
+    """
+    start = clock()
+    several = _median_run(run, runner, clock)
+    if several >= PROBE_BELOW_SECONDS:
+        note = (
+            f"{threads} threads: a run takes {several * 1e3:.2f} ms (one thread is tried "
+            f"under {PROBE_BELOW_SECONDS * 1e3:g} ms)"
+        )
+        return runner, ThreadChoice(threads, note, clock() - start)
+    single_runner = twin()
+    single = _median_run(run, single_runner, clock)
+    medians = (
+        f"{single * 1e3:.3f} ms with 1 thread vs {several * 1e3:.3f} ms with {threads} "
+        f"(median of {PROBE_RUNS} runs each)"
+    )
+    if single < several:
+        return single_runner, ThreadChoice(1, f"1 thread: {medians}", clock() - start)
+    return runner, ThreadChoice(threads, f"{threads} threads: {medians}", clock() - start)
