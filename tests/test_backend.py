@@ -77,6 +77,30 @@ def test_a_failing_make_fx_lowering_falls_back_to_aot_autograd_with_one_warning(
     assert compiled.ortlab_backend.execution_count == 2
 
 
+def test_a_make_fx_fallback_that_dynamo_restarts_warns_once(monkeypatch):
+    # AOTAutograd can make Dynamo re-trace the frame (TensorifyScalarRestartAnalysis):
+    # the backend is then called twice for one graph, and must warn once.
+    from torch._dynamo import exc
+
+    _plant_lowering_failure(monkeypatch, "lower_to_aten")
+    real = OrtBackend._compile_with_aot
+    calls = []
+
+    def restarting(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc.TensorifyScalarRestartAnalysis("planted restart")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(OrtBackend, "_compile_with_aot", restarting)
+    compiled, caught = _compile_and_check(Net(), torch.randn(3, 8))
+    assert len(calls) == 2
+    (warning,) = caught
+    assert "make_fx lowering failed" in str(warning.message)
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.lowering == "aot_autograd" and "planted lowering failure" in graph.fallback
+
+
 def test_a_failing_lowering_runs_the_graph_eagerly_and_records_why(monkeypatch):
     _plant_lowering_failure(monkeypatch, "lower_to_aten", "aot_autograd_backend")
     compiled, caught = _compile_and_check(Net(), torch.randn(3, 8))

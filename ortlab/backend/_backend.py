@@ -512,8 +512,17 @@ class OrtBackend:
                 f"the make_fx lowering failed ({_first_line(e)}); lowered through "
                 "AOTAutograd instead"
             )
+            # Not warned when AOTAutograd makes Dynamo re-trace the frame (a float
+            # specialised): the graph is compiled again, and that compile warns.
+            try:
+                compiled = self._compile_with_aot(graph_module, example_inputs, origin)
+            except _torch_private.dynamo_signals():
+                raise
+            except Exception:
+                self._warn(f"{origin.fallback}.", e)
+                raise
             self._warn(f"{origin.fallback}.", e)
-            return self._compile_with_aot(graph_module, example_inputs, origin)
+            return compiled
         partitioned = self.compile(
             aten,
             example_inputs,
