@@ -170,3 +170,25 @@ def test_standalone_sessions_choose_threads_only_when_asked(monkeypatch):
     assert chosen.threads.threads in (1, 2) and "median" in chosen.threads.note
     assert _ort_threads(chosen.session) == chosen.threads.threads
     torch.testing.assert_close(chosen.run([x])[0], model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeypatch):
+    # The probe saw small inputs; the same symbolic session later runs large ones.
+    def one_thread(runner, threads, *, twin, run):
+        return twin(), _threads.ThreadChoice(1, "planted")
+
+    monkeypatch.setattr(_threads, "probe", one_thread)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+    with _torch_threads(2), torch.no_grad():
+        compiled = ortlab.compile(model)
+        for batch in (2, 3):
+            compiled(torch.randn(batch, 8))
+        (session,) = compiled.ortlab_backend.sessions
+        assert (session.threads, session.threads_note) == (1, "planted")
+        monkeypatch.setattr(_threads, "REGROW_AFTER_SECONDS", 0.0)  # every run is long
+        for batch in (4, 5):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert session.threads == 2
+    assert session.threads_note.startswith("planted; 2 threads from run 3 on: a run took ")
+    assert session.run_count == 4 and len(compiled.ortlab_backend.sessions) == 1

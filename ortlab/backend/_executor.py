@@ -131,7 +131,14 @@ class OrtPartitionModule:
         first = session_record.run_count == 0
         start = time.perf_counter() if first else 0.0
         try:
-            outputs = runner.run(args)
+            if runner.regrow is None:
+                outputs = runner.run(args)
+            else:
+                start = time.perf_counter()
+                outputs = runner.run(args)
+                took = time.perf_counter() - start
+                if took >= _threads.REGROW_AFTER_SECONDS:
+                    self._regrow(runner, took)
         except Exception as e:
             self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}", e)
             self.record.eager_run_count += 1
@@ -274,13 +281,13 @@ class OrtPartitionModule:
         timings = dict(exported.timings)
         timings["session"] = session_seconds
         if probe_threads and choice.threads is not None:
+            several = choice.threads
             runner, choice = _threads.probe(
-                runner,
-                choice.threads,
-                twin=lambda: make_runner(1),
-                run=lambda r: r.run(args),
+                runner, several, twin=lambda: make_runner(1), run=lambda r: r.run(args)
             )
             timings["threads"] = choice.seconds
+            if choice.threads == 1:
+                runner.regrow = lambda: make_runner(several)
         session = runner.session
         placeholders = record.input_names
         session_record = records.SessionRecord(
@@ -315,6 +322,27 @@ class OrtPartitionModule:
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
+
+    def _regrow(self, runner: _runtime.OrtRunner, took: float) -> None:
+        """Replaces a one-thread session whose run grew long by the same session with
+        more threads (see ``_threads``); on failure the one-thread session stays."""
+        assert runner.regrow is not None
+        make, runner.regrow = runner.regrow, None
+        try:
+            grown = make()
+        except Exception:
+            logger.debug("could not regrow %s", runner.record, exc_info=True)
+            return
+        record = runner.record
+        grown.record, grown.keep_last_inputs = record, runner.keep_last_inputs
+        self._runners = [grown if r is runner else r for r in self._runners]
+        if self._last is runner:
+            self._last = grown
+        record.threads = grown.session.get_session_options().intra_op_num_threads
+        record.threads_note += (
+            f"; {record.threads} threads from run {record.run_count + 1} on: a run took "
+            f"{took * 1e3:.1f} ms"
+        )
 
     def _create_cuda_graph_runner(
         self,

@@ -25,7 +25,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,6 +233,9 @@ class OrtRunner:
         self.keep_last_inputs = False
         """Keep the tensors of the last run's ONNX inputs in ``last_inputs`` (inference
         partitions: what ``SessionRecord.save`` writes)."""
+        self.regrow: Callable[[], OrtRunner] | None = None
+        """Set on a session given one thread for its short first runs: makes the same
+        session with more threads, for when its runs grow long (larger inputs)."""
         self.last_inputs: list[torch.Tensor] = []
         self._device_cache: dict[torch.device, Any] = {}
         # CUDA devices of the inputs: their current streams are synchronized before a run.

@@ -14,7 +14,10 @@
 #                              inputs, keep the faster (ties keep the first)
 #
 # ORT runs do not change their inputs, so the probe runs are side-effect free; they are
-# paid once per session, in the first call (``SessionRecord.timings["threads"]``).
+# paid once per session, in the first call (``SessionRecord.timings["threads"]``). The
+# probe sees the first inputs only, and a session with symbolic dims serves every size:
+# a one-thread session whose run later takes REGROW_AFTER_SECONDS is made again with the
+# full count (the partition does it, once).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ PROBE_BELOW_SECONDS = 2e-3
 """Sessions whose run takes less than this with several threads try one thread."""
 PROBE_RUNS = 5
 """Timed runs per candidate (after a first run)."""
+REGROW_AFTER_SECONDS = 10e-3
+"""A session given one thread whose run later takes this long (its inputs grew: one
+session serves every batch size) is made again with ``torch.get_num_threads()``."""
 SKIP_AFTER_FIRST_RUN = 5
 """A first run this many times ``PROBE_BELOW_SECONDS`` or longer ends the probe (a large
 model pays one extra run, not six)."""
