@@ -208,6 +208,27 @@ def test_ci_models_have_finite_grads(name):
     assert sum(float(g.abs().sum()) for g in grads) > 0
 
 
+def _random_modules(model: torch.nn.Module) -> list[str]:
+    """Modules that draw random numbers in training: dropout or stochastic depth with a
+    non-zero probability."""
+    found = []
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        p = getattr(module, "p", None) if "Dropout" in kind else None
+        if "DropPath" in kind or "StochasticDepth" in kind:
+            p = getattr(module, "drop_prob", None)
+        if p:
+            found.append(f"{name} ({kind}, p={p})")
+    return found
+
+
+def test_no_corpus_model_draws_random_numbers_in_training():
+    # A training step compares eager, float64 and compiled copies: each would draw its own
+    # dropout masks or dropped branches and the gradients would belong to different nets.
+    random = {n: _random_modules(zoo.get(n).build()) for n in CORPUS_NAMES}
+    assert {n: found for n, found in random.items() if found} == {}
+
+
 # --- every model (slow) ------------------------------------------------------------------
 
 

@@ -46,6 +46,12 @@ def transformers() -> Any:
 NO_DROPOUT: dict[str, Any] = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 """Dropout off, in the spelling of BERT, ViT and their relatives."""
 
+NO_DROP_PATH: dict[str, Any] = dict(drop_path_rate=0.0)
+"""Stochastic depth off (BEiT, Swin, SegFormer default to 0.1): in training it drops a
+sample's residual branch at random, and eager, float64 and a compiled copy draw
+differently, so one training step's gradients would be compared across different
+networks."""
+
 ENCODER_DECODER: dict[str, Any] = (
     dict(vocab_size=VOCAB, d_model=32, attn_implementation="sdpa")
     | dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64)

@@ -64,7 +64,7 @@ _MOBILEVIT = dict(
     num_labels=10,
     **_hf.NO_DROPOUT,
 )
-_BEIT = _VIT | dict(use_relative_position_bias=True, use_mean_pooling=True)
+_BEIT = _VIT | dict(use_relative_position_bias=True, use_mean_pooling=True) | _hf.NO_DROP_PATH
 _DINOV2 = _VIT_LIKE | dict(mlp_ratio=2)
 _SWIN = dict(
     image_size=32,
@@ -76,6 +76,7 @@ _SWIN = dict(
     num_labels=10,
     attn_implementation="sdpa",
     **_hf.NO_DROPOUT,
+    **_hf.NO_DROP_PATH,
 )
 _SEGFORMER = dict(
     hidden_sizes=[8, 16, 32, 64],
@@ -86,6 +87,7 @@ _SEGFORMER = dict(
     num_labels=4,
     attn_implementation="sdpa",
     **_hf.NO_DROPOUT,
+    **_hf.NO_DROP_PATH,
 )
 _LEVIT = dict(
     image_size=64,
