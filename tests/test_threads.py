@@ -77,6 +77,23 @@ def test_a_long_session_is_not_probed_and_pays_one_extra_run():
     assert choice.threads == 2
 
 
+def test_a_twin_that_fails_leaves_the_session_as_it_was():
+    clock = _Clock()
+    first = _Runner("several", 1e-4)
+
+    def twin() -> _Runner:
+        raise RuntimeError("no memory for a second session")
+
+    def run(runner: _Runner) -> None:
+        clock.now += runner.seconds
+
+    kept, choice = _threads.probe(first, 2, twin=twin, run=run, clock=clock)
+    assert kept is first and choice.threads == 2
+    assert choice.note == (
+        "2 threads: the one-thread twin failed (RuntimeError: no memory for a second session)"
+    )
+
+
 @contextlib.contextmanager
 def _torch_threads(n: int) -> Iterator[None]:
     before = torch.get_num_threads()

@@ -119,8 +119,12 @@ def probe(
             f"under {PROBE_BELOW_SECONDS * 1e3:g} ms)"
         )
         return runner, ThreadChoice(threads, note, clock() - start)
-    single_runner = twin()
-    single = _median_run(run, single_runner, clock)
+    try:
+        single_runner = twin()
+        single = _median_run(run, single_runner, clock)
+    except Exception as e:  # the session itself works: keep it
+        note = f"{threads} threads: the one-thread twin failed ({type(e).__name__}: {e})"
+        return runner, ThreadChoice(threads, note, clock() - start)
     medians = (
         f"{single * 1e3:.3f} ms with 1 thread vs {several * 1e3:.3f} ms with {threads} "
         f"(median of {PROBE_RUNS} runs each)"
