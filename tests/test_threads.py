@@ -52,7 +52,7 @@ def _probe(
 
 def test_a_short_session_keeps_one_thread_when_that_is_faster():
     kept, choice, (first, twin) = _probe(several=0.4e-3, single=0.25e-3)
-    assert kept is twin and choice.threads == 1
+    assert kept is twin and choice.threads == 1 and choice.probed_from == 2
     assert choice.note == (
         "1 thread: 0.250 ms with 1 thread vs 0.400 ms with 2 (median of 5 runs each)"
     )
@@ -91,6 +91,51 @@ def test_a_twin_that_fails_leaves_the_session_as_it_was():
     assert kept is first and choice.threads == 2
     assert choice.note == (
         "2 threads: the one-thread twin failed (RuntimeError: no memory for a second session)"
+    )
+
+
+def test_choose_makes_one_session_unless_auto_asks_for_a_probe():
+    made: list[int | None] = []
+
+    def make(threads: int | None) -> _Runner:
+        made.append(threads)
+        return _Runner(f"{threads}", 1e-4 if threads == 1 else 2e-4)
+
+    clock = _Clock()
+
+    def run(runner: _Runner) -> None:
+        clock.now += runner.seconds
+
+    cpu = _session.CPU
+    with _torch_threads(2):
+        runner, choice = _threads.choose(
+            OrtBackendOptions(intra_op_threads=2), cpu, make, run, clock=clock
+        )
+        assert made == [2] and choice.probed_from is None and choice.seconds == 0.0
+        made.clear()
+        runner, choice = _threads.choose(
+            OrtBackendOptions(), cpu, make, run, probe_threads=False, clock=clock
+        )
+        assert made == [2] and choice == _threads.ThreadChoice(2, "")
+        made.clear()
+        runner, choice = _threads.choose(OrtBackendOptions(), cpu, make, run, clock=clock)
+    assert made == [2, 1] and runner.name == "1"
+    assert (choice.threads, choice.probed_from) == (1, 2) and choice.seconds > 0
+
+
+def test_user_session_options_without_a_count_leave_it_to_onnx_runtime():
+    so = onnxruntime.SessionOptions()  # intra_op_num_threads 0: ORT's default
+    choice, probe = _threads.initial(OrtBackendOptions(ort_session_options=so), _session.CPU)
+    assert (choice.threads, probe) == (None, False)
+    model = torch.nn.Linear(4, 2).eval()
+    with torch.no_grad():
+        compiled = ortlab.compile(model, ort_session_options=so)
+        compiled(torch.randn(3, 4))
+    (session,) = compiled.ortlab_backend.sessions
+    assert (session.threads, session.threads_note) == (None, "set by ort_session_options")
+    assert (
+        "intra-op threads</td><td>ONNX Runtime&#x27;s default (set by ort_session_options)"
+        in (_fragments.onnx_model_info(session))
     )
 
 
@@ -191,8 +236,8 @@ def test_standalone_sessions_choose_threads_only_when_asked(monkeypatch):
 
 def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeypatch):
     # The probe saw small inputs; the same symbolic session later runs large ones.
-    def one_thread(runner, threads, *, twin, run):
-        return twin(), _threads.ThreadChoice(1, "planted")
+    def one_thread(runner, threads, *, twin, run, clock):
+        return twin(), _threads.ThreadChoice(1, "planted", probed_from=threads)
 
     monkeypatch.setattr(_threads, "probe", one_thread)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
@@ -209,3 +254,31 @@ def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeyp
     assert session.threads == 2
     assert session.threads_note.startswith("planted; 2 threads from run 3 on: a run took ")
     assert session.run_count == 4 and len(compiled.ortlab_backend.sessions) == 1
+
+
+def test_a_session_that_cannot_be_regrown_keeps_running_on_one_thread(monkeypatch):
+    def one_thread(runner, threads, *, twin, run, clock):
+        return twin(), _threads.ThreadChoice(1, "planted", probed_from=threads)
+
+    monkeypatch.setattr(_threads, "probe", one_thread)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+    with _torch_threads(2), torch.no_grad():
+        compiled = ortlab.compile(model)
+        compiled(torch.randn(2, 8))
+        create = _session.create_session
+        attempts = []
+
+        def refusing(*args, **kwargs):
+            attempts.append(1)
+            raise RuntimeError("no memory for another session")
+
+        monkeypatch.setattr(_session, "create_session", refusing)
+        monkeypatch.setattr(_threads, "REGROW_AFTER_SECONDS", 0.0)
+        for batch in (4, 5):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+        monkeypatch.setattr(_session, "create_session", create)
+    (session,) = compiled.ortlab_backend.sessions
+    assert attempts == [1]  # tried once, not on every long run
+    assert (session.threads, session.threads_note) == (1, "planted")
+    assert session.run_count == 3 and not compiled.ortlab_backend.partitions[0].error

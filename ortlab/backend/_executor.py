@@ -128,23 +128,18 @@ class OrtPartitionModule:
                 self.record.eager_run_count += 1
                 return self.eager(*args)
         session_record = runner.record
-        first = session_record.run_count == 0
-        start = time.perf_counter() if first else 0.0
+        start = time.perf_counter()
         try:
-            if runner.regrow is None:
-                outputs = runner.run(args)
-            else:
-                start = time.perf_counter()
-                outputs = runner.run(args)
-                took = time.perf_counter() - start
-                if took >= _threads.REGROW_AFTER_SECONDS:
-                    self._regrow(runner, took)
+            outputs = runner.run(args)
         except Exception as e:
             self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}", e)
             self.record.eager_run_count += 1
             return self.eager(*args)
-        if first:
-            session_record.timings["first_run"] = time.perf_counter() - start
+        took = time.perf_counter() - start
+        if session_record.run_count == 0:
+            session_record.timings["first_run"] = took
+        if runner.regrow is not None and took >= _threads.REGROW_AFTER_SECONDS:
+            self._regrow(runner, took)
         session_record.run_count += 1
         self.record.run_count += 1
         if runner.keep_last_inputs:
@@ -262,7 +257,6 @@ class OrtPartitionModule:
             # arguments to that schema (a static export fixes concrete sizes instead).
             guaranteed=not static,
         )
-        choice, probe_threads = _threads.initial(options, providers[0][0])
 
         def make_runner(threads: int | None) -> _runtime.OrtRunner:
             made = _session.create_session(
@@ -276,17 +270,19 @@ class OrtPartitionModule:
             graphed, graph_note = self._create_cuda_graph_runner(
                 proto, model_bytes, providers, runner_kwargs
             )
-        runner = graphed or make_runner(choice.threads)
-        session_seconds = time.perf_counter() - start
+        if graphed is not None:
+            runner, choice = graphed, _threads.initial(options, providers[0][0])[0]
+        else:
+            runner, choice = _threads.choose(
+                options, providers[0][0], make_runner, run=lambda r: r.run(args)
+            )
+        session_seconds = time.perf_counter() - start - choice.seconds
         timings = dict(exported.timings)
         timings["session"] = session_seconds
-        if probe_threads and choice.threads is not None:
-            several = choice.threads
-            runner, choice = _threads.probe(
-                runner, several, twin=lambda: make_runner(1), run=lambda r: r.run(args)
-            )
+        if choice.probed_from is not None:
             timings["threads"] = choice.seconds
             if choice.threads == 1:
+                several = choice.probed_from
                 runner.regrow = lambda: make_runner(several)
         session = runner.session
         placeholders = record.input_names

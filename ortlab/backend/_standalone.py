@@ -135,7 +135,6 @@ def create_session(
     resolved = _options.OrtBackendOptions.from_value(options)
     chosen = _providers(resolved, like, providers)
     model_bytes = model.SerializeToString()
-    choice, probe = _threads.initial(resolved, chosen[0][0])
 
     def make_runner(threads: int | None) -> _runtime.OrtRunner:
         session = _session.create_session(
@@ -156,11 +155,13 @@ def create_session(
         except (TypeError, ValueError) as e:
             raise errors.SessionError(f"cannot run this model on torch tensors: {e}") from e
 
-    runner = make_runner(choice.threads)
-    if choose_threads and probe and choice.threads is not None:
-        runner, choice = _threads.probe(
-            runner, choice.threads, twin=lambda: make_runner(1), run=lambda r: r.run(like)
-        )
+    runner, choice = _threads.choose(
+        resolved,
+        chosen[0][0],
+        make_runner,
+        run=lambda r: r.run(like),
+        probe_threads=choose_threads,
+    )
     return StandaloneSession(runner.session, runner, choice)
 
 

@@ -57,6 +57,9 @@ class ThreadChoice:
     """Why, in words (with the probe's medians when there was one)."""
     seconds: float = 0.0
     """Time spent choosing (the probe runs and the twin's creation)."""
+    probed_from: int | None = None
+    """The thread count the session was made with and timed at, when it was probed
+    (``None``: not probed)."""
 
 
 def initial(
@@ -94,6 +97,25 @@ def _median_run(run: Callable[[R], object], runner: R, clock: Callable[[], float
     return statistics.median(times)
 
 
+def choose(
+    options: _options.OrtBackendOptions,
+    first_provider: str,
+    make: Callable[[int | None], R],
+    run: Callable[[R], object],
+    *,
+    probe_threads: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[R, ThreadChoice]:
+    """A session's runner, made by ``make(threads)`` with the count ``options`` give and,
+    under ``"auto"`` on the CPU (and ``probe_threads``), probed against a one-thread twin
+    (:func:`probe`)."""
+    choice, wanted = initial(options, first_provider)
+    runner = make(choice.threads)
+    if not (wanted and probe_threads) or choice.threads is None:
+        return runner, choice
+    return probe(runner, choice.threads, twin=lambda: make(1), run=run, clock=clock)
+
+
 def probe(
     runner: R,
     threads: int,
@@ -118,17 +140,19 @@ def probe(
             f"{threads} threads: a run takes {several * 1e3:.2f} ms (one thread is tried "
             f"under {PROBE_BELOW_SECONDS * 1e3:g} ms)"
         )
-        return runner, ThreadChoice(threads, note, clock() - start)
+        return runner, ThreadChoice(threads, note, clock() - start, threads)
     try:
         single_runner = twin()
         single = _median_run(run, single_runner, clock)
     except Exception as e:  # the session itself works: keep it
         note = f"{threads} threads: the one-thread twin failed ({type(e).__name__}: {e})"
-        return runner, ThreadChoice(threads, note, clock() - start)
+        return runner, ThreadChoice(threads, note, clock() - start, threads)
     medians = (
         f"{single * 1e3:.3f} ms with 1 thread vs {several * 1e3:.3f} ms with {threads} "
         f"(median of {PROBE_RUNS} runs each)"
     )
     if single < several:
-        return single_runner, ThreadChoice(1, f"1 thread: {medians}", clock() - start)
-    return runner, ThreadChoice(threads, f"{threads} threads: {medians}", clock() - start)
+        return single_runner, ThreadChoice(1, f"1 thread: {medians}", clock() - start, threads)
+    return runner, ThreadChoice(
+        threads, f"{threads} threads: {medians}", clock() - start, threads
+    )
