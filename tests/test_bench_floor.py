@@ -51,6 +51,24 @@ def test_floor_uses_the_session_options_and_providers_of_the_ortlab_options():
     assert preferred.session.providers == ("CPUExecutionProvider",)
 
 
+def test_floor_chooses_its_threads_as_the_backend_does(monkeypatch):
+    from ortlab.backend import _threads
+
+    monkeypatch.setattr(_threads, "PROBE_BELOW_SECONDS", 60.0)  # every run counts as short
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(4, 8)
+        floor = _floor.OrtFloor(_linear_gelu(), (x,))
+        fixed = _floor.OrtFloor(_linear_gelu(), (x,), options={"intra_op_threads": 2})
+    finally:
+        torch.set_num_threads(before)
+    choice = floor.session.threads
+    assert choice.probed_from == 2 and "median of 5 runs each" in choice.note
+    assert floor.session.session.get_session_options().intra_op_num_threads == choice.threads
+    assert fixed.session.threads == _threads.ThreadChoice(2, "set by intra_op_threads")
+
+
 def test_floor_of_a_plain_function_with_several_inputs():
     def mix(a, b):
         return (a * b).sum(dim=0), torch.relu(a - b)
