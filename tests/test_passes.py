@@ -80,3 +80,116 @@ def test_opset_version_option_is_used_for_every_partition(opset):
         assert {o.version for o in session.model.opset_import if o.domain == ""} == {opset}
     ops = {n.op_type for n in backend.sessions[0].model.graph.node}
     assert ("Gelu" in ops) == (opset >= 20)
+
+
+def _flattened_linear_model(*, out_dims: list, trans_b: int = 1, dtype=ir.DataType.FLOAT):
+    """Y = Reshape(Gemm(Reshape(X, [-1, 8]), W, b), out_shape), X: [s0, s1, 8]."""
+    import numpy as np
+
+    float_type = ir.TensorType(dtype)
+    x = ir.Value(name="x", shape=ir.Shape(["s0", "s1", 8]), type=float_type)
+    w_shape = [16, 8] if trans_b else [8, 16]
+    w = ir.Value(name="w", shape=ir.Shape(w_shape), type=float_type)
+    b = ir.Value(name="b", shape=ir.Shape([16]), type=float_type)
+    out_shape = ir.Value(
+        name="out_shape", shape=ir.Shape([3]), type=ir.TensorType(ir.DataType.INT64)
+    )
+    flat_shape = ir.node("Constant", [], attributes={"value": ir.tensor(np.array([-1, 8]))})
+    flatten = ir.node("Reshape", [x, flat_shape.outputs[0]])
+    flatten.outputs[0].shape = ir.Shape(["s0*s1", 8])
+    flatten.outputs[0].type = float_type
+    gemm = ir.node("Gemm", [flatten.outputs[0], w, b], attributes={"transB": trans_b})
+    gemm.outputs[0].shape = ir.Shape(["s0*s1", 16])
+    gemm.outputs[0].type = float_type
+    unflatten = ir.node("Reshape", [gemm.outputs[0], out_shape])
+    unflatten.outputs[0].name = "y"
+    unflatten.outputs[0].shape = ir.Shape(out_dims)
+    unflatten.outputs[0].type = float_type
+    graph = ir.Graph(
+        [x, w, b, out_shape],
+        [unflatten.outputs[0]],
+        nodes=[flat_shape, flatten, gemm, unflatten],
+        opset_imports={"": 20},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def _run(model: ir.Model, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    proto = ir.serde.serialize_model(model)
+    session = ort.InferenceSession(
+        proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feeds)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_a_linear_map_flattened_to_2d_runs_as_one_nd_matmul(trans_b):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal((2, 3, 8), dtype=np.float32),
+        "w": rng.standard_normal((16, 8) if trans_b else (8, 16), dtype=np.float32),
+        "b": rng.standard_normal(16, dtype=np.float32),
+        "out_shape": np.array([2, 3, 16]),
+    }
+    expected = _run(_flattened_linear_model(out_dims=["s0", "s1", 16], trans_b=trans_b), feeds)
+    model = _flattened_linear_model(out_dims=["s0", "s1", 16], trans_b=trans_b)
+    assert _passes.matmul_over_leading_dims(model) == 1
+    ops = [n.op_type for n in model.graph]
+    assert "Gemm" not in ops and ops.count("Reshape") == 0
+    assert ops[-2:] == ["MatMul", "Add"] and ("Transpose" in ops) == bool(trans_b)
+    assert model.graph.outputs[0].name == "y"
+    np.testing.assert_allclose(_run(model, feeds)[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "out_dims",
+    [
+        ["s1", "s0", 16],  # leading dims swapped: same count, another layout
+        ["s0", None, 16],  # a dim nobody can vouch for
+        ["s0", "s1", 2, 8],  # the features split
+    ],
+)
+def test_a_reshape_the_shapes_do_not_prove_is_left_alone(out_dims):
+    model = _flattened_linear_model(out_dims=out_dims)
+    assert _passes.matmul_over_leading_dims(model) == 0
+    assert [n.op_type for n in model.graph].count("Gemm") == 1
+
+
+def test_a_transposed_weight_of_another_dtype_keeps_its_gemm():
+    # ORT fuses Transpose into MatMul for float32 only: a double Transpose would copy the
+    # weight on every call.
+    model = _flattened_linear_model(out_dims=["s0", "s1", 16], dtype=ir.DataType.DOUBLE)
+    assert _passes.matmul_over_leading_dims(model) == 0
+
+
+def test_linear_layers_on_sequences_run_as_matmuls_without_copying_weights(tmp_path):
+    import onnxruntime as ort
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4, bias=False)).eval()
+    compiled = ortlab.compile(model)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(torch.randn(3, 7, 8)).shape, torch.Size([3, 7, 4]))
+    (session,) = compiled.ortlab_backend.sessions
+    ops = [n.op_type for n in session.model.graph.node]
+    assert ops.count("MatMul") == 2 and "Gemm" not in ops and "Reshape" not in ops
+    # ONNX Runtime folds each weight's Transpose into its MatMul kernel: no weight is
+    # transposed (copied) per call.
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(
+        session.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    import onnx
+
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    inputs = {i.name for i in optimized.graph.input}
+    assert not [
+        n for n in optimized.graph.node if n.op_type == "Transpose" and n.input[0] in inputs
+    ]
+    assert {n.op_type for n in optimized.graph.node} >= {"FusedMatMul"}

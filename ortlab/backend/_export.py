@@ -189,8 +189,9 @@ def _translate_direct(
     )
     if frozen:
         _freeze_inputs(model, frozen)
-    RemoveUnusedNodesPass()(model)
     _passes.fold_transpose_into_gemm(model)
+    _passes.matmul_over_leading_dims(model)
+    RemoveUnusedNodesPass()(model)
     timings["translate"] = time.perf_counter() - start
 
     start = time.perf_counter()

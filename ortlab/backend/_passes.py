@@ -73,3 +73,128 @@ def fold_transpose_into_gemm(model: ir.Model) -> int:
             graph.remove(producer, safe=True)
             removed += 1
     return removed
+
+
+# NOTE: why ``matmul_over_leading_dims`` exists. ``aten.linear`` / ``aten.matmul`` on an
+# N-D input are composite: the lowering turns them into ``view(x, [B*S, K])`` + ``mm`` /
+# ``addmm`` + ``view(out, [B, S, N])``. With symbolic batch and sequence sizes each of the
+# two views costs a Reshape plus the shape arithmetic feeding it (Shape, Gather, Mul,
+# Concat), and the 2-D Gemm in between hides the pattern ORT's transformer fusions look for
+# (MatMul + Add on the 3-D activation). ONNX's MatMul broadcasts over leading dims, which is
+# what ``torch.onnx.export`` emits for ``linear``: measured on the corpus encoders it
+# halves the Reshapes and cuts 3-13% of the ORT run.
+
+
+def _same_dim(a: object, b: object) -> bool:
+    """Two dims known to be equal: equal ints, or one named symbolic dim."""
+    import onnx_ir as ir
+
+    if isinstance(a, ir.SymbolicDim) or isinstance(b, ir.SymbolicDim):
+        return (
+            isinstance(a, ir.SymbolicDim)
+            and isinstance(b, ir.SymbolicDim)
+            and a.value is not None
+            and a.value == b.value
+        )
+    return isinstance(a, int) and a == b
+
+
+def _flattened_matmul(node: ir.Node) -> tuple[ir.Node, ir.Node] | None:
+    """``(reshape_in, reshape_out)`` when ``node`` (a 2-D Gemm/MatMul) computes a linear map
+    on the last dim of an N-D value flattened by ``reshape_in`` and ``reshape_out`` restores
+    the same leading dims, else None. Shapes must prove it: every leading dim equal."""
+    graph = node.graph
+    flat = node.inputs[0]
+    if flat is None or len(flat.uses()) != 1 or flat.is_graph_output():
+        return None
+    reshape_in = flat.producer()
+    if reshape_in is None or reshape_in.graph is not graph or reshape_in.op_type != "Reshape":
+        return None
+    out = node.outputs[0]
+    users = list(out.uses())
+    if len(users) != 1 or out.is_graph_output():
+        return None
+    reshape_out = users[0][0]
+    if reshape_out.op_type != "Reshape" or reshape_out.domain not in ("", "ai.onnx"):
+        return None
+    x, y = reshape_in.inputs[0], reshape_out.outputs[0]
+    x_shape, flat_shape = (x.shape if x else None), flat.shape
+    out_shape, y_shape = out.shape, y.shape
+    if x_shape is None or flat_shape is None or out_shape is None or y_shape is None:
+        return None
+    if len(flat_shape) != 2 or len(out_shape) != 2 or len(x_shape) < 3:
+        return None
+    if len(y_shape) != len(x_shape) or not _same_dim(x_shape[-1], flat_shape[1]):
+        return None
+    if not _same_dim(y_shape[-1], out_shape[1]):
+        return None
+    if not all(_same_dim(a, b) for a, b in zip(x_shape[:-1], y_shape[:-1])):
+        return None
+    return reshape_in, reshape_out
+
+
+def _plain_gemm(node: ir.Node) -> bool:
+    def attr(name: str, default: float) -> float:
+        value = node.attributes.get(name)
+        return default if value is None else value.value  # type: ignore[no-any-return]
+
+    if attr("transA", 0) or attr("alpha", 1.0) != 1.0:
+        return False
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if bias is None:
+        return True
+    # Only a bias over the output features broadcasts the same way on the N-D result.
+    return attr("beta", 1.0) == 1.0 and bias.shape is not None and len(bias.shape) == 1
+
+
+def matmul_over_leading_dims(model: ir.Model) -> int:
+    """Replaces ``Reshape -> Gemm/MatMul -> Reshape`` (a linear map flattened to 2-D) by an
+    N-D ``MatMul`` (+ ``Add`` for a bias), when the shapes prove the two are the same.
+
+    A ``transB`` weight becomes a ``Transpose`` feeding the MatMul, which ONNX Runtime fuses
+    into its MatMul kernel for float32 (no copy of the weight per call); other dtypes keep
+    such a Gemm. Returns the number rewritten.
+    """
+    import onnx_ir as ir
+
+    graph = model.graph
+    rewritten = 0
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Gemm", "MatMul"):
+            continue
+        if node.op_type == "Gemm" and not _plain_gemm(node):
+            continue
+        found = _flattened_matmul(node)
+        if found is None:
+            continue
+        reshape_in, reshape_out = found
+        x, weight = reshape_in.inputs[0], node.inputs[1]
+        assert x is not None and weight is not None
+        new_nodes: list[ir.Node] = []
+        trans_b = node.attributes.get("transB")
+        if node.op_type == "Gemm" and trans_b is not None and trans_b.as_int():
+            if x.dtype != ir.DataType.FLOAT:
+                continue  # ORT fuses the Transpose into its MatMul for float only
+            transpose = ir.node("Transpose", [weight], attributes={"perm": [1, 0]})
+            new_nodes.append(transpose)
+            weight = transpose.outputs[0]
+        matmul = ir.node("MatMul", [x, weight], metadata_props=dict(node.metadata_props))
+        new_nodes.append(matmul)
+        result = matmul.outputs[0]
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        if bias is not None:
+            add = ir.node("Add", [result, bias], metadata_props=dict(node.metadata_props))
+            new_nodes.append(add)
+            result = add.outputs[0]
+        old = reshape_out.outputs[0]
+        result.type, result.shape = old.type, old.shape
+        graph.insert_before(reshape_out, new_nodes)
+        old.replace_all_uses_with(result, replace_graph_outputs=True)
+        for removed in (reshape_in, reshape_out):
+            _note_folded(matmul, removed)
+        graph.remove([reshape_out, node], safe=True)
+        if not reshape_in.outputs[0].uses():
+            graph.remove(reshape_in, safe=True)
+        result.name = old.name
+        rewritten += 1
+    return rewritten
