@@ -16,7 +16,8 @@ For each model it compiles with the ortlab backend, warms up, then
    fed the backend's way (``ortlab.backend.create_session``: same providers and session
    options, zero-copy torch <-> OrtValue hand-off);
 4. times two reference points: **Dynamo's entry alone** (the model under ``torch.compile``
-   with ortlab's ``dynamic=True`` and a backend that runs nothing, each graph returning
+   as ``ortlab.compile`` compiles it, ``dynamic=True`` with floats specialized, and a
+   backend that runs nothing, each graph returning
    the outputs of its first run: frame entry, guards and the bytecode around the graphs,
    the least any ``torch.compile`` backend costs), the same **right after ONNX Runtime
    ran** (floor then entry, minus the floor: a real call's guards find the CPU caches
@@ -142,8 +143,9 @@ def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Calla
 
 
 def _dynamo_entry(model: torch.nn.Module) -> Any:
-    """``model`` under ``torch.compile`` (``dynamic=True``, as :func:`ortlab.compile`) with
-    a backend that runs nothing: every graph returns the outputs of its first run."""
+    """``model`` compiled as :func:`ortlab.compile` compiles it (``dynamic=True``, floats
+    specialized) with a backend that runs nothing: every graph returns the outputs of its
+    first run."""
 
     def cached_outputs(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
         cache: list[Any] = []
@@ -155,8 +157,12 @@ def _dynamo_entry(model: torch.nn.Module) -> Any:
 
         return run
 
-    return torch.compile(  # type: ignore[call-overload]
-        copy.deepcopy(model), backend=cached_outputs, dynamic=True, isolate_recompiles=True
+    return _torch_private.compile_with_tracing_config(
+        copy.deepcopy(model),
+        cached_outputs,
+        dynamic=True,
+        fullgraph=False,
+        config={"specialize_float": True},
     )
 
 
@@ -294,7 +300,8 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
         "",
         "`bare ORT sessions` runs each session the call used, on the inputs it received, "
         "with the backend's zero-copy hand-off. `Dynamo entry` is the model compiled with a "
-        "backend that runs nothing (dynamic=True): Dynamo's own price per call, with warm "
+        "backend that runs nothing (dynamic=True, floats specialized, as ortlab.compile): "
+        "Dynamo's own price per call, with warm "
         "caches; `entry after ORT` is the same right after the floor ran (floor + entry, "
         "minus floor): its guards and frame then find the CPU caches full of the model's "
         "data, as in a real call. `floor` is the whole model exported once and run by one "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import warnings
 
+import onnx
 import pytest
 import torch
 from models import Net
@@ -309,3 +310,45 @@ def test_the_magics_and_the_labs_entry_points_are_not_the_users_frame():
     (graph,) = compiled.ortlab_backend.graphs
     assert graph.frame == "f (tests/test_backend.py)"
     assert all(v.source.startswith("tests/test_backend.py:") for v in graph.verdicts)
+
+
+class _ScaledNorm(nn.Module):
+    """Reads two Python floats: LayerNorm's ``eps`` and its own ``scale``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.scale = 0.5
+
+    def forward(self, x):
+        return self.norm(x) * self.scale
+
+
+def _double_inputs(compiled) -> list[str]:
+    double = onnx.TensorProto.DOUBLE
+    return [
+        i.name
+        for s in compiled.ortlab_backend.sessions
+        for i in s.model.graph.input
+        if i.type.tensor_type.elem_type == double
+    ]
+
+
+def test_floats_the_model_reads_are_constants_guarded_by_value():
+    model = _ScaledNorm().eval()
+    x = torch.randn(2, 5, 8)
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert _double_inputs(compiled) == []  # eps and scale are in the ONNX graph
+        model.scale = 2.0  # a guard sees the new value: compiled again, not stale
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(compiled.ortlab_backend.graphs) == 2
+    assert torch._dynamo.config.specialize_float is False  # only while tracing
+
+    # specialize_floats=False is torch.compile(dynamic=True)'s own behaviour: each float
+    # a float64 input of the graph, made each call.
+    unspecialized = ortlab.compile(model, specialize_floats=False)
+    with torch.no_grad():
+        torch.testing.assert_close(unspecialized(x), model(x))
+    assert len(_double_inputs(unspecialized)) >= 1

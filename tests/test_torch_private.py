@@ -353,3 +353,28 @@ def test_dynamo_config_patch_applies_settings_and_reset_forgets_compiled_frames(
     _torch_private.reset_dynamo()
     compiled(torch.ones(2))
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("target", ["module", "function"])
+def test_tracing_config_holds_while_dynamo_traces_and_nowhere_else(target):
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(torch._dynamo.config.specialize_float)
+        return gm.forward
+
+    net = torch.nn.Linear(3, 3)
+    model = net if target == "module" else (lambda x: net(x) * 2.0)
+    compiled = _torch_private.compile_with_tracing_config(
+        model, backend, dynamic=True, fullgraph=False, config={"specialize_float": True}
+    )
+    compiled(torch.ones(2, 3))
+    assert seen == [True]
+    assert torch._dynamo.config.specialize_float is False  # not left behind
+    assert _torch_private.dynamo_backend_of(compiled) is backend
+    assert _torch_private.compiled_original(compiled) is model
+    plain = _torch_private.compile_with_tracing_config(
+        model, backend, dynamic=True, fullgraph=False, config={}
+    )
+    plain(torch.ones(2, 3))
+    assert seen == [True, False]

@@ -10,6 +10,7 @@ from ortlab.backend._backend import (
     OrtBackend,
     backend_of,
     compile,
+    compile_with,
     torch_compile_backend,
     warm_up,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "OrtExecutionProvider",
     "torch_compile_backend",
     "compile",
+    "compile_with",
     "backend_of",
     "warm_up",
     # Sessions outside a compiled graph (the numerics' debug models, the bench's ORT floor)

@@ -709,6 +709,7 @@ def compile(
     *,
     dynamic: bool | None = True,
     fullgraph: bool = False,
+    specialize_floats: bool = True,
     options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
     **option_kwargs: Any,
 ) -> Callable[..., Any]:
@@ -718,18 +719,45 @@ def compile(
         model: Module or function to compile.
         dynamic: Passed to ``torch.compile`` (symbolic shapes by default).
         fullgraph: Passed to ``torch.compile``.
+        specialize_floats: Trace Python floats the model reads (layer-norm ``eps``,
+            dropout ``p``, attention scales) as constants guarded by value, as
+            ``torch._dynamo.config.specialize_float=True`` does. ``False`` keeps
+            ``torch.compile``'s behaviour under ``dynamic=True``: every such float becomes
+            a float64 graph input, built each call, and ONNX Runtime cannot fold it (its
+            layer-norm fusions need a constant epsilon). A float that really changes
+            between calls recompiles when specialized: pass ``False`` for such models.
         options: :class:`OrtBackendOptions` or a dict; ``option_kwargs`` are merged in.
     """
     resolved = _options.OrtBackendOptions.from_value(options)
     if option_kwargs:
         resolved = resolved.replace(**option_kwargs)
-    backend = OrtBackend(resolved)
+    return compile_with(
+        OrtBackend(resolved),
+        model,
+        dynamic=dynamic,
+        fullgraph=fullgraph,
+        specialize_floats=specialize_floats,
+    )
+
+
+def compile_with(
+    backend: OrtBackend,
+    model: Callable[..., Any],
+    *,
+    dynamic: bool | None = True,
+    fullgraph: bool = False,
+    specialize_floats: bool = True,
+) -> Callable[..., Any]:
+    """:func:`compile` with a backend of the caller's (e.g. one shared by several compiles)."""
     # isolate_recompiles: each compile gets its own Dynamo cache entries, so compiling the
     # same model class many times (notebooks, sweeps) never hits the recompile limit and
     # silently falls back to eager.
-    # (torch.compile's type stubs do not list isolate_recompiles yet)
-    compiled = torch.compile(  # type: ignore[call-overload]
-        model, backend=backend, dynamic=dynamic, fullgraph=fullgraph, isolate_recompiles=True
+    compiled = _torch_private.compile_with_tracing_config(
+        model,
+        backend,
+        dynamic=dynamic,
+        fullgraph=fullgraph,
+        config={"specialize_float": True} if specialize_floats else {},
     )
     # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.
     object.__setattr__(compiled, "ortlab_backend", backend)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ortlab import _harness
-from ortlab.backend import _torch_private
+from ortlab.backend import _torch_private, compile_with
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, PartitionRecord, RunEvent, SessionRecord
@@ -236,7 +236,7 @@ def run_both(
         # the caller's module is never run, so its state and gradients stay untouched.
         target = copy.deepcopy(target)
     entry = _harness.fresh_entry(target, name="ortlab_diff_call")
-    compiled = torch.compile(entry, backend=backend, dynamic=dynamic)
+    compiled = compile_with(backend, entry, dynamic=dynamic)
     return run_compiled(compiled, target, args, backend, backward=backward)
 
 
