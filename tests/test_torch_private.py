@@ -378,3 +378,17 @@ def test_tracing_config_holds_while_dynamo_traces_and_nowhere_else(target):
     )
     plain(torch.ones(2, 3))
     assert seen == [True, False]
+
+
+def test_tracing_config_of_nested_calls_is_undone_in_order():
+    # A compiled callable re-entered while it runs (recursion through eager code) enters
+    # its tracing config twice: each entry must undo its own change.
+    backend = _torch_private._BackendWithTracingConfig(
+        lambda gm, example_inputs: gm.forward, {"specialize_float": True}
+    )
+    outer, inner = backend.backend_ctx_ctor(), backend.backend_ctx_ctor()
+    with outer:
+        with inner:
+            assert torch._dynamo.config.specialize_float is True
+        assert torch._dynamo.config.specialize_float is True
+    assert torch._dynamo.config.specialize_float is False

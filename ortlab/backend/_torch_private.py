@@ -568,7 +568,6 @@ def tensorify_python_scalars(graph_module: torch.fx.GraphModule, fake_mode: Any)
     )
 
 
-@functools.cache
 class _TracingConfig:
     """Dynamo enters a backend's ``backend_ctx_ctor()`` around every call of a callable
     compiled for it, and traces new frames inside: the place for config that must hold
@@ -635,6 +634,7 @@ def compile_with_tracing_config(
     )(model)
 
 
+@functools.cache
 def dynamo_signals() -> tuple[type[BaseException], ...]:
     """Exceptions that are Dynamo's control flow, not failures: raised from inside a
     backend (AOTAutograd's ``TensorifyScalarRestartAnalysis`` re-traces a frame with a
