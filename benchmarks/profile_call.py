@@ -157,12 +157,12 @@ def _dynamo_entry(model: torch.nn.Module) -> Any:
 
         return run
 
-    return _torch_private.compile_with_tracing_config(
+    return _torch_private.compile_with_dynamo(
         copy.deepcopy(model),
         cached_outputs,
         dynamic=True,
         fullgraph=False,
-        config={"specialize_float": True},
+        specialize_floats=True,
     )
 
 

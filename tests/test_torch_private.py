@@ -365,16 +365,16 @@ def test_tracing_config_holds_while_dynamo_traces_and_nowhere_else(target):
 
     net = torch.nn.Linear(3, 3)
     model = net if target == "module" else (lambda x: net(x) * 2.0)
-    compiled = _torch_private.compile_with_tracing_config(
-        model, backend, dynamic=True, fullgraph=False, config={"specialize_float": True}
+    compiled = _torch_private.compile_with_dynamo(
+        model, backend, dynamic=True, fullgraph=False, specialize_floats=True
     )
     compiled(torch.ones(2, 3))
     assert seen == [True]
     assert torch._dynamo.config.specialize_float is False  # not left behind
     assert _torch_private.dynamo_backend_of(compiled) is backend
     assert _torch_private.compiled_original(compiled) is model
-    plain = _torch_private.compile_with_tracing_config(
-        model, backend, dynamic=True, fullgraph=False, config={}
+    plain = _torch_private.compile_with_dynamo(
+        model, backend, dynamic=True, fullgraph=False, specialize_floats=False
     )
     plain(torch.ones(2, 3))
     assert seen == [True, False]

@@ -752,12 +752,12 @@ def compile_with(
     # isolate_recompiles: each compile gets its own Dynamo cache entries, so compiling the
     # same model class many times (notebooks, sweeps) never hits the recompile limit and
     # silently falls back to eager.
-    compiled = _torch_private.compile_with_tracing_config(
+    compiled = _torch_private.compile_with_dynamo(
         model,
         backend,
         dynamic=dynamic,
         fullgraph=fullgraph,
-        config={"specialize_float": True} if specialize_floats else {},
+        specialize_floats=specialize_floats,
     )
     # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.
     object.__setattr__(compiled, "ortlab_backend", backend)

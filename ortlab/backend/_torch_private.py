@@ -606,19 +606,19 @@ class _BackendWithTracingConfig:
         return self._torchdynamo_orig_backend(graph_module, example_inputs)
 
 
-def compile_with_tracing_config(
+def compile_with_dynamo(
     model: Callable[..., Any],
     backend: Callable[..., Any],
     *,
     dynamic: bool | None,
     fullgraph: bool,
-    config: dict[str, Any],
+    specialize_floats: bool,
 ) -> Any:
     """``torch.compile(model, backend=backend, dynamic=..., fullgraph=...,
-    isolate_recompiles=True)``, with Dynamo's ``config`` (e.g. ``specialize_float=True``)
-    in force whenever it traces a frame of the result; the rest of the process keeps its
-    own config."""
-    if not config:
+    isolate_recompiles=True)``; with ``specialize_floats``, Dynamo traces every frame of
+    the result with ``specialize_float=True`` (the rest of the process keeps its own
+    config)."""
+    if not specialize_floats:
         return torch.compile(  # type: ignore[call-overload]
             model,
             backend=backend,
@@ -627,7 +627,7 @@ def compile_with_tracing_config(
             isolate_recompiles=True,
         )
     return torch._dynamo.optimize(
-        backend=_BackendWithTracingConfig(backend, config),
+        backend=_BackendWithTracingConfig(backend, {"specialize_float": True}),
         nopython=fullgraph,
         dynamic=dynamic,
         isolate_recompiles=True,
