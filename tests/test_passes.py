@@ -178,6 +178,14 @@ def test_linear_layers_on_sequences_run_as_matmuls_without_copying_weights(tmp_p
     (session,) = compiled.ortlab_backend.sessions
     ops = [n.op_type for n in session.model.graph.node]
     assert ops.count("MatMul") == 2 and "Gemm" not in ops and "Reshape" not in ops
+    # Provenance keeps the folded FX views: each MatMul names the ones it replaced (the
+    # first also the weight's ``t``, which its Gemm had absorbed as transB).
+    folded = [
+        {m.key: m.value for m in n.metadata_props}.get(records.FOLDED_FX_NODES_KEY, "")
+        for n in session.model.graph.node
+        if n.op_type == "MatMul"
+    ]
+    assert folded == ["t,view,view_1", "view_2,_unsafe_view"]
     # ONNX Runtime folds each weight's Transpose into its MatMul kernel: no weight is
     # transposed (copied) per call.
     options = ort.SessionOptions()

@@ -192,9 +192,7 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
         old.replace_all_uses_with(result, replace_graph_outputs=True)
         for removed in (reshape_in, reshape_out):
             _note_folded(matmul, removed)
-        graph.remove([reshape_out, node], safe=True)
-        if not reshape_in.outputs[0].uses():
-            graph.remove(reshape_in, safe=True)
+        graph.remove([reshape_out, node, reshape_in], safe=True)  # flat had one use
         result.name = old.name
         rewritten += 1
     return rewritten
