@@ -234,13 +234,19 @@ def test_standalone_sessions_choose_threads_only_when_asked(monkeypatch):
     torch.testing.assert_close(chosen.run([x])[0], model(x), rtol=1e-5, atol=1e-6)
 
 
-def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeypatch):
-    # The probe saw small inputs; the same symbolic session later runs large ones.
+def _one_thread_probe_and_a_model(monkeypatch) -> torch.nn.Module:
+    """Plants a probe that always keeps the one-thread twin; returns a small MLP."""
+
     def one_thread(runner, threads, *, twin, run, clock):
         return twin(), _threads.ThreadChoice(1, "planted", probed_from=threads)
 
     monkeypatch.setattr(_threads, "probe", one_thread)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+
+
+def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeypatch):
+    # The probe saw small inputs; the same symbolic session later runs large ones.
+    model = _one_thread_probe_and_a_model(monkeypatch)
     with _torch_threads(2), torch.no_grad():
         compiled = ortlab.compile(model)
         for batch in (2, 3):
@@ -257,11 +263,7 @@ def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeyp
 
 
 def test_a_session_that_cannot_be_regrown_keeps_running_on_one_thread(monkeypatch):
-    def one_thread(runner, threads, *, twin, run, clock):
-        return twin(), _threads.ThreadChoice(1, "planted", probed_from=threads)
-
-    monkeypatch.setattr(_threads, "probe", one_thread)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+    model = _one_thread_probe_and_a_model(monkeypatch)
     with _torch_threads(2), torch.no_grad():
         compiled = ortlab.compile(model)
         compiled(torch.randn(2, 8))
