@@ -324,11 +324,11 @@ class _ScaledNorm(nn.Module):
         return self.norm(x) * self.scale
 
 
-def _double_inputs(compiled) -> list[str]:
+def _double_inputs(backend) -> list[str]:
     double = onnx.TensorProto.DOUBLE
     return [
         i.name
-        for s in compiled.ortlab_backend.sessions
+        for s in backend.sessions
         for i in s.model.graph.input
         if i.type.tensor_type.elem_type == double
     ]
@@ -340,7 +340,8 @@ def test_floats_the_model_reads_are_constants_guarded_by_value():
     compiled = ortlab.compile(model)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
-        assert _double_inputs(compiled) == []  # eps and scale are in the ONNX graph
+        # eps and scale are in the ONNX graph
+        assert _double_inputs(compiled.ortlab_backend) == []
         model.scale = 2.0  # a guard sees the new value: compiled again, not stale
         torch.testing.assert_close(compiled(x), model(x))
     assert len(compiled.ortlab_backend.graphs) == 2
@@ -351,4 +352,9 @@ def test_floats_the_model_reads_are_constants_guarded_by_value():
     unspecialized = ortlab.compile(model, specialize_floats=False)
     with torch.no_grad():
         torch.testing.assert_close(unspecialized(x), model(x))
-    assert len(_double_inputs(unspecialized)) >= 1
+    assert len(_double_inputs(unspecialized.ortlab_backend)) >= 1
+
+    # ortlab.diff compiles the way ortlab.compile does: its numbers are the user's.
+    report = ortlab.diff(model, x)
+    assert report.passed and report.backend.sessions
+    assert _double_inputs(report.backend) == []
