@@ -1,8 +1,8 @@
 """The main job: compile every zoo model through ortlab, check it, and tabulate it.
 
 ``ortlab demo`` (and ``make demo``) call :func:`run_demo`. For each zoo model: compile
-with ``dynamic=True`` under ``torch.no_grad()``, run the whole batch sweep and compare each
-result with eager PyTorch at the model's tolerances (the one comparator,
+(``ortlab.compile``'s defaults) under ``torch.no_grad()``, run the whole batch sweep and
+compare each result with eager PyTorch at the model's tolerances (the one comparator,
 :mod:`ortlab.numerics._compare`), then time steady-state calls of eager and ortlab on the
 default batch, in the same process, interleaved (the bench engine,
 :mod:`ortlab.bench._engine`).
@@ -88,7 +88,7 @@ def _cells(row: DemoRow) -> tuple[Any, ...]:
 def demo_model(spec: zoo.ZooModel, *, iters: int = 20) -> DemoRow:
     """Compiles one zoo model through ortlab, checks its sweep, times it against eager."""
     model = spec.build()
-    compiled = ortlab.backend.compile(copy.deepcopy(model), dynamic=True)
+    compiled = ortlab.backend.compile(copy.deepcopy(model))
     backend = ortlab.backend.backend_of(compiled)
     diffs = []
     with _torch_private.dynamo_config_patch(dict(spec.dynamo_config)), torch.no_grad():

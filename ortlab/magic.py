@@ -108,6 +108,14 @@ _OPTIONS: tuple[_Option, ...] = (
         ("--static",),
         {"action": "store_true", "help": "torch.compile(dynamic=False): static shapes"},
     ),
+    (
+        ("--dynamic",),
+        {
+            "action": "store_true",
+            "help": "torch.compile(dynamic=True): every size symbolic from the first call "
+            "(default: torch's, static first, the sizes that change symbolic on recompile)",
+        },
+    ),
     (("--fullgraph",), {"action": "store_true", "help": "torch.compile(fullgraph=True)"}),
     (
         ("--ep",),
@@ -306,6 +314,8 @@ def parse_arguments(
         raise _UsageError(f"--bench needs a count >= 0, got {options.bench}. Usage: {USAGE}")
     if options.infer and options.train:
         raise _UsageError("--infer and --train exclude each other: give one")
+    if options.static and options.dynamic:
+        raise _UsageError("--static and --dynamic exclude each other: give one")
     return options, rest
 
 
@@ -611,7 +621,7 @@ def run_ortcompile(
     # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
     compiled = ortlab.backend.compile(
         _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs),
-        dynamic=not options.static,
+        dynamic=False if options.static else (True if options.dynamic else None),
         fullgraph=options.fullgraph,
         options=backend_options,
     )

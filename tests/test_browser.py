@@ -170,7 +170,7 @@ HISTORY_CELLS = [
     "compiled = ortlab.compile(net)\n"
     "with torch.no_grad():\n"
     "    compiled(torch.randn(4, 8))\n"
-    "    compiled(torch.randn(16, 8))\n"
+    "    compiled(torch.randn(16, 8))  # a new batch size: recompiled, batch symbolic\n"
     "    compiled(torch.randn(32, 8))\n"
     "    net.double()  # a new dtype: Dynamo recompiles\n"
     "    compiled(torch.randn(4, 8, dtype=torch.float64))\n"
@@ -394,17 +394,20 @@ def test_inspector_summary_shows_the_timeline_and_verdicts_their_source_line(
     inspector.wait_for(state="attached", timeout=150_000)
 
     # Summary (the first tab): the first call in one line, then the timeline of graph
-    # runs: the graph break, the runs that reused graphs, the recompile and its guard.
+    # runs: the graph break, the recompiles (a new batch size, a new dtype) and their
+    # guards, the runs that reused graphs.
     summary = inspector.locator(".ortlab-summary")
     timeline = summary.locator("table.ortlab-timeline")
     timeline.wait_for(state="visible", timeout=30_000)
     first_call = summary.locator(".ortlab-first-call").inner_text()
     assert re.match(r"First call [0-9.]+ m?s \(graphs 0, 1\): ", first_call), first_call
     rows = [r.locator("td").all_inner_texts() for r in timeline.locator("tbody tr").all()]
-    assert [r[0] for r in rows] == ["run 1", "run 2", "runs 3–6", "run 7", "run 8"], rows
+    runs = ["run 1", "run 2", "run 3", "run 4", "runs 5–6", "run 7", "run 8"]
+    assert [r[0] for r in rows] == runs, rows
     assert "ends at a graph break at" in rows[0][1] and 'print("a graph break")' in rows[0][1]
-    assert rows[2][1] == "graphs 0, 1 reused, nothing compiled"
-    assert "recompile of forward (cell): " in rows[3][1] and "dtype mismatch" in rows[3][1]
+    assert "recompile of forward (cell): " in rows[2][1] and "size mismatch" in rows[2][1]
+    assert rows[4][1] == "graphs 2, 3 reused, nothing compiled"
+    assert "recompile of forward (cell): " in rows[5][1] and "dtype mismatch" in rows[5][1]
     graphs = summary.locator("h4", has_text=re.compile(r"^Graphs$"))
     graphs = graphs.locator("xpath=following-sibling::*[1]")
     assert "recompile of forward (cell): " in graphs.inner_text()

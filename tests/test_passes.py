@@ -175,9 +175,12 @@ def test_linear_layers_on_sequences_run_as_matmuls_without_copying_weights(tmp_p
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
         torch.testing.assert_close(compiled(torch.randn(3, 7, 8)).shape, torch.Size([3, 7, 4]))
-    (session,) = compiled.ortlab_backend.sessions
-    ops = [n.op_type for n in session.model.graph.node]
-    assert ops.count("MatMul") == 2 and "Gemm" not in ops and "Reshape" not in ops
+    # The first shapes' session, then the one with symbolic batch and sequence sizes.
+    static, session = compiled.ortlab_backend.sessions
+    assert "s" not in "".join(static.input_schema)
+    for record in (static, session):
+        ops = [n.op_type for n in record.model.graph.node]
+        assert ops.count("MatMul") == 2 and "Gemm" not in ops and "Reshape" not in ops
     # Provenance keeps the folded FX views: each MatMul names the ones it replaced (the
     # first also the weight's ``t``, which its Gemm had absorbed as transB).
     folded = [

@@ -31,7 +31,7 @@ def _block(x):
 
 
 def test_sizes_of_intermediates_do_not_split_the_partition():
-    compiled = ortlab.compile(_block)
+    compiled = ortlab.compile(_block, dynamic=True)
     with torch.no_grad():
         for shape in ((2, 3, 14, 18), (3, 3, 10, 12), (4, 3, 16, 16)):
             x = torch.randn(shape)
@@ -48,7 +48,7 @@ def test_sizes_of_intermediates_do_not_split_the_partition():
 
 def test_the_rewrite_is_what_merged_the_partitions(monkeypatch):
     monkeypatch.setattr(_sizes, "reads_intermediate_sizes", lambda gm: False)
-    compiled = ortlab.compile(_block)
+    compiled = ortlab.compile(_block, dynamic=True)
     with torch.no_grad():
         compiled(torch.randn(2, 3, 14, 18))
     (graph,) = compiled.ortlab_backend.graphs

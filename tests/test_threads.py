@@ -248,7 +248,7 @@ def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeyp
     # The probe saw small inputs; the same symbolic session later runs large ones.
     model = _one_thread_probe_and_a_model(monkeypatch)
     with _torch_threads(2), torch.no_grad():
-        compiled = ortlab.compile(model)
+        compiled = ortlab.compile(model, dynamic=True)
         for batch in (2, 3):
             compiled(torch.randn(batch, 8))
         (session,) = compiled.ortlab_backend.sessions
@@ -265,7 +265,7 @@ def test_a_one_thread_session_whose_runs_grow_long_gets_its_threads_back(monkeyp
 def test_a_session_that_cannot_be_regrown_keeps_running_on_one_thread(monkeypatch):
     model = _one_thread_probe_and_a_model(monkeypatch)
     with _torch_threads(2), torch.no_grad():
-        compiled = ortlab.compile(model)
+        compiled = ortlab.compile(model, dynamic=True)
         compiled(torch.randn(2, 8))
         create = _session.create_session
         attempts = []

@@ -37,8 +37,9 @@ that a loaded 2-core CI machine cannot trip it; speed itself is for benchmarks."
 
 @pytest.fixture(scope="module")
 def inference():
-    """custom_op under no_grad: one graph, partitions fused_1 / fused_0 around soft_clip."""
-    compiled, _ = compile_zoo("custom_op")
+    """custom_op under no_grad, symbolic from the first call: one graph, partitions
+    fused_1 / fused_0 around soft_clip, each with one session serving batch 4 and 16."""
+    compiled, _ = compile_zoo("custom_op", dynamic=True)
     return compiled.ortlab_backend
 
 
@@ -52,14 +53,15 @@ def training():
 @pytest.fixture(scope="module")
 def frozen():
     """mlp with frozen parameters: its ONNX model holds initializers."""
-    compiled, _ = compile_zoo("mlp", freeze_parameters=True)
+    compiled, _ = compile_zoo("mlp", freeze_parameters=True, dynamic=True)
     return compiled.ortlab_backend
 
 
 @pytest.fixture(scope="module")
 def two_sessions():
-    """mlp exported with static shapes: one partition, one session per batch size."""
-    compiled, _ = compile_zoo("mlp", dynamic_shapes=False, batches=(4, 8))
+    """mlp traced with symbolic sizes but exported with static shapes: one partition, one
+    session per batch size."""
+    compiled, _ = compile_zoo("mlp", dynamic_shapes=False, batches=(4, 8), dynamic=True)
     return compiled.ortlab_backend
 
 

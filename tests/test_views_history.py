@@ -46,9 +46,10 @@ class Noisy(nn.Module):
 
 
 def _run(calls):
-    """Compiles a fresh ``Noisy`` and calls it under no_grad with each ``(batch, dtype)``."""
+    """Compiles a fresh ``Noisy`` (every size symbolic from the first call) and calls it
+    under no_grad with each ``(batch, dtype)``."""
     model = Noisy()
-    compiled = ortlab.compile(model)
+    compiled = ortlab.compile(model, dynamic=True)
     with torch.no_grad():
         for batch, dtype in calls:
             model.to(dtype)
@@ -192,20 +193,36 @@ def test_first_call_ends_at_a_recompile_of_a_frame_it_already_compiled():
 
 def test_first_call_of_a_training_step_stops_before_the_backward_runs():
     model = Noisy()
-    compiled = ortlab.compile(model)
+    compiled = ortlab.compile(model, dynamic=True)
     compiled(torch.randn(4, 8)).sum().backward()
     backend = compiled.ortlab_backend
     kinds = [g.kind for g in backend.graphs]
     assert kinds == ["forward", "backward", "forward", "backward"]
     first = views.first_call(backend)
-    # The backward graphs are compiled with their forward graphs, during the call; their
-    # sessions are created by backward(), after it.
+    # With symbolic sizes saved for the backward, AOTAutograd compiles each backward graph
+    # with its forward graph, during the call; their sessions are created by backward(),
+    # after it.
     assert first.graphs == (0, 1, 2, 3) and first.runs == (1, 2)
     backward_sessions = [s for g in backend.graphs[1::2] for s in g.partitions[0].sessions]
     in_call = sum(sum(g.timings.values()) for g in backend.graphs) + sum(
         sum(s.timings.values()) for g in backend.graphs[0::2] for s in g.partitions[0].sessions
     )
     assert backward_sessions and first.seconds == pytest.approx(in_call)
+
+
+def test_first_call_of_a_static_training_step_leaves_out_the_backward_graphs():
+    model = Noisy()
+    compiled = ortlab.compile(model)  # static first: backward graphs compiled in backward()
+    compiled(torch.randn(4, 8)).sum().backward()
+    backend = compiled.ortlab_backend
+    assert [g.kind for g in backend.graphs] == ["forward", "forward", "backward", "backward"]
+    first = views.first_call(backend)
+    assert first.graphs == (0, 1) and first.runs == (1, 2)
+    forwards = backend.graphs[:2]
+    in_call = sum(sum(g.timings.values()) for g in forwards) + sum(
+        sum(s.timings.values()) for g in forwards for s in g.partitions[0].sessions
+    )
+    assert first.seconds == pytest.approx(in_call)
 
 
 def test_timings_tab_shows_dynamo_registry_and_guards_per_graph(noisy):

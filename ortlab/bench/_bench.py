@@ -58,7 +58,7 @@ def bench(
     training: bool = False,
     no_grad: bool = True,
     eval: bool | None = None,
-    dynamic: bool | None = True,
+    dynamic: bool | None = None,
     ortlab_options: Mapping[str, Any] | None = None,
     progress: bool = True,
     name: str | None = None,
@@ -100,7 +100,8 @@ def bench(
         no_grad: Inference only: run under ``torch.no_grad()``.
         eval: Put a module copy in eval mode; ``None`` means eval for inference and train
             mode for ``training=True``.
-        dynamic: Passed to ``torch.compile`` for the compiled backends.
+        dynamic: Passed to ``torch.compile`` for the compiled backends (``None``: its
+            default, static shapes for a call repeated on the same inputs).
         ortlab_options: Backend options for ``"ortlab"`` / ``"ortlab-frozen"`` (e.g.
             ``{"excluded_ops": ["aten.gelu"]}``) and the providers of ``"ort"``.
         progress: Show a progress bar (tqdm) when running in a terminal or a notebook.

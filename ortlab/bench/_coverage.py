@@ -3,17 +3,20 @@ right through ortlab (``ortlab demo --corpus``, ``make corpus``)?
 
 :func:`cover_model` takes one corpus model (:func:`ortlab.zoo.corpus`) through:
 
-1. **inference**: :func:`ortlab.compile` of a copy (``dynamic=True``, the default
-   options) called under ``torch.no_grad()``; its first call is timed (compile + run, and
-   the backend's compile steps), its outputs compared with eager's at the model's
-   tolerances by the one comparator (:mod:`ortlab.numerics._compare`);
-2. **the decode step** of a decoder language model (:attr:`ZooModel.followup_inputs`):
+1. **inference**: :func:`ortlab.compile` of a copy (its defaults: torch.compile's shapes,
+   static on the first call) called under ``torch.no_grad()``; its first call is timed
+   (compile + run, and the backend's compile steps), its outputs compared with eager's at
+   the model's tolerances by the one comparator (:mod:`ortlab.numerics._compare`);
+2. **another batch size**: the same compiled model called with a larger batch, which
+   Dynamo compiles again with that size symbolic (its automatic dynamic shapes), so the
+   symbolic path of every model is covered too; outputs compared with eager's;
+3. **the decode step** of a decoder language model (:attr:`ZooModel.followup_inputs`):
    the same compiled model called with a key/value cache, which must compile a graph of
    its own; its logits and the cache it updated are compared with eager's;
-3. **training**: the gradient check of :mod:`ortlab.bench._grads` for ortlab, and for
+4. **training**: the gradient check of :mod:`ortlab.bench._grads` for ortlab, and for
    ``torch.compile``'s inductor where asked (its first compile costs 25-60 s per model on
    a small CPU, so by default only for the fast subset);
-4. **latency** (optional): ortlab, eager and the bare-ORT floor (the whole model exported,
+5. **latency** (optional): ortlab, eager and the bare-ORT floor (the whole model exported,
    :mod:`ortlab.bench._floor`) timed together by the one timer
    (:mod:`ortlab.bench._engine`), for the ratios ortlab/eager and ortlab/floor.
 
@@ -22,9 +25,9 @@ What counts
 - An exception escaping a compiled call is a **crash** (the backend is designed never to
   raise). A graph ortlab could not compile runs eagerly with ``GraphRecord.error`` set:
   that graph **fell back**, and is reported, not counted as a crash.
-- A model **fails** when it crashed, an output (inference or decode step) is beyond its
-  tolerances, the decode step compiled no graph of its own, or ortlab's gradients fail
-  the gradient rule (:mod:`ortlab.bench._grads`).
+- A model **fails** when it crashed, an output (inference, the other batch size or the
+  decode step) is beyond its tolerances, the decode step compiled no graph of its own, or
+  ortlab's gradients fail the gradient rule (:mod:`ortlab.bench._grads`).
 - A model is **one partition** when its first call's graphs are exactly one graph with
   exactly one partition running in ONNX Runtime and no node left in PyTorch
   (:func:`one_partition`); the corpus benchmark's speed targets apply to those.
@@ -138,6 +141,17 @@ class CoverageRow:
     output_error: float = math.nan
     """Largest absolute error of the inference outputs to eager's."""
     output_passed: bool | None = None
+    other_batch: int | None = None
+    """The batch size of the second stage (``None``: not run)."""
+    other_batch_error: float | None = None
+    """Largest absolute error of its outputs to eager's."""
+    other_batch_passed: bool | None = None
+    other_batch_graphs: int | None = None
+    """Graphs the other batch size compiled (the first call's were static)."""
+    other_batch_s: float = math.nan
+    """That call: Dynamo's symbolic recompile, ortlab's compile and the run."""
+    other_batch_one_partition: bool | None = None
+    """Its graphs are one graph of one ORT partition, size arithmetic aside."""
     decode_error: float | None = None
     """The decode step's largest absolute error (logits and updated cache); ``None`` for
     models without one."""
@@ -200,6 +214,7 @@ class CoverageRow:
             return STATUS_CRASH
         if (
             self.output_passed is False
+            or self.other_batch_passed is False
             or self.decode_passed is False
             or not self.decode_compiled
         ):
@@ -409,10 +424,46 @@ def _infer(
         diffs = _compare.compare_outputs(got, expected, atol=spec.atol, rtol=spec.rtol)
         row.output_error = _compare.max_abs_error(diffs)
         row.output_passed = all(d.passed for d in diffs)
+        resized = _other_batch(row, spec, model, compiled)
         if spec.followup_inputs is not None:
-            _decode(row, spec, model, compiled, len(first_graphs))
-    _fill_graphs(row, backend.graphs)
+            _decode(row, spec, model, compiled, len(backend.graphs))
+    # The table's graph columns describe the first call and the decode step; the other
+    # batch size's graphs have columns of their own (their fall backs count alike).
+    _fill_graphs(row, [g for g in backend.graphs if g.index not in resized])
+    _note_fallbacks(row, [g for g in backend.graphs if g.index in resized])
     return compiled
+
+
+def other_batch_size(spec: zoo.ZooModel) -> int:
+    """The batch size of the second stage: the first of the sweep above the default one
+    (size 1 is a graph of its own in Dynamo), else one more than the default."""
+    larger = [b for b in spec.batch_sizes if b > max(spec.default_batch, 1)]
+    return larger[0] if larger else spec.default_batch + 1
+
+
+def _other_batch(
+    row: CoverageRow, spec: zoo.ZooModel, model: torch.nn.Module, compiled: Any
+) -> set[int]:
+    """The second stage; returns the indices of the graphs it compiled."""
+    backend = ortlab.backend.backend_of(compiled)
+    before = len(backend.graphs)
+    row.other_batch = other_batch_size(spec)
+    try:
+        args = spec.example_inputs(row.other_batch)
+        start = time.perf_counter()
+        got = compiled(*args)
+        row.other_batch_s = time.perf_counter() - start
+        expected = model(*args)
+    except Exception as e:
+        row.crashes.append(f"batch {row.other_batch}: {_error_text(e)}")
+        return {g.index for g in backend.graphs[before:]}
+    graphs = backend.graphs[before:]
+    row.other_batch_graphs = len(graphs)
+    row.other_batch_one_partition = one_partition_but_sizes(graphs)
+    diffs = _compare.compare_outputs(got, expected, atol=spec.atol, rtol=spec.rtol)
+    row.other_batch_error = _compare.max_abs_error(diffs)
+    row.other_batch_passed = all(d.passed for d in diffs)
+    return {g.index for g in graphs}
 
 
 def _decode(

@@ -27,6 +27,7 @@ HEADERS = (
     "% in ORT",
     "eager nodes",
     "max err",
+    "other batch",
     "decode err",
     "grads (ortlab)",
     "first call s",
@@ -88,6 +89,21 @@ def grad_cell(check: _grads.GradCheck | None) -> str:
     return text
 
 
+def other_batch_cell(row: _coverage.CoverageRow) -> str:
+    """``"4: 1.2e-07, 1 graph, 2.9 s"``: the other batch size, its error, the graphs it
+    compiled and that call's seconds; ``MISMATCH`` / ``not one partition`` when so."""
+    if row.other_batch is None or row.other_batch_error is None:
+        return ""
+    graphs = row.other_batch_graphs or 0
+    text = f"{row.other_batch}: {_sci(row.other_batch_error)}"
+    if row.other_batch_passed is False:
+        text += " MISMATCH"
+    text += f", {graphs} graph{'' if graphs == 1 else 's'}"
+    if graphs and not row.other_batch_one_partition:
+        text += " (not one partition)"
+    return text + f", {_format.fmt(row.other_batch_s, '{:.1f}')} s"
+
+
 def _cells(row: _coverage.CoverageRow) -> list[str]:
     decode = ""
     if row.decode_error is not None:
@@ -106,6 +122,7 @@ def _cells(row: _coverage.CoverageRow) -> list[str]:
         _pct(row.in_ort_percent),
         str(row.eager_nodes),
         out_err,
+        other_batch_cell(row),
         decode,
         grad_cell(row.grads.get("ortlab")),
         _format.fmt(row.first_call_s, "{:.2f}"),
@@ -194,8 +211,12 @@ def coverage_markdown(
         "# ortlab corpus coverage",
         "",
         f"{len(rows)} models; {len(rows) - len(failed)} ok, {len(failed)} failing. "
-        "Inference under `torch.no_grad()` with `ortlab.compile(copy)` (`dynamic=True`, "
-        "default options); errors are the largest absolute difference to eager; `grads` "
+        "Inference under `torch.no_grad()` with `ortlab.compile(copy)` (its defaults: "
+        "shapes static on the first call); the graph columns count the first call's "
+        "graphs and the decode step's. `other batch`: the same compiled model called "
+        "with a larger batch, which Dynamo compiles again with that size symbolic: the "
+        "size, its error, the graphs it compiled and that call's seconds. Errors are "
+        "the largest absolute difference to eager; `grads` "
         "is ortlab's worst per-parameter relative gradient error to eager after a "
         "training step (rule: `ortlab/bench/_grads.py`); latency is a short "
         "steady-state median (ortlab, eager and the floor timed together, interleaved), "
@@ -302,6 +323,11 @@ def _why(row: _coverage.CoverageRow) -> str:
     parts = list(row.crashes)
     if row.output_passed is False:
         parts.append(f"output error {_sci(row.output_error)} beyond the model's tolerance")
+    if row.other_batch_passed is False:
+        parts.append(
+            f"batch {row.other_batch} output error {_sci(row.other_batch_error)} beyond "
+            "the model's tolerance"
+        )
     if row.decode_passed is False:
         parts.append(f"decode step error {_sci(row.decode_error)} beyond the tolerance")
     if not row.decode_compiled:

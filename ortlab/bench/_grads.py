@@ -290,7 +290,7 @@ def _compiled(backend: str, module: torch.nn.Module, name: str) -> tuple[Any, An
         compiled = ortlab.backend.compile(module)
         return compiled, ortlab.backend.backend_of(compiled)
     entry = _harness.fresh_entry(module, name=f"grads_{name}_{backend}")
-    return torch.compile(entry, backend=backend, dynamic=True), None
+    return torch.compile(entry, backend=backend), None
 
 
 def _as_double(value: Any) -> Any:

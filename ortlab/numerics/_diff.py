@@ -146,7 +146,7 @@ def diff(
     rtol: _compare.Tolerance = None,
     backward: bool = False,
     sweep: Mapping[str, Sequence[Any]] | None = None,
-    dynamic: bool | None = True,
+    dynamic: bool | None = None,
     nodes: bool | None = None,
     repeat: int = 5,
     options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
@@ -174,7 +174,8 @@ def diff(
             repeat the diff for every combination (keys may be any ``OrtBackendOptions``
             field too) and time it; rows land in ``report.sweep``. Providers this
             onnxruntime build lacks give a "skipped" row.
-        dynamic: Passed to ``torch.compile``.
+        dynamic: Passed to ``torch.compile`` (``None``: its default, as
+            :func:`ortlab.compile`).
         nodes: Compare intermediate nodes: ``None`` in failing partitions only, ``True`` in
             every partition, ``False`` never.
         repeat: Timed calls per sweep configuration (the median is reported).

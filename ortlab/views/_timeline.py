@@ -6,9 +6,11 @@ call's time went, in one line.
 # graph run they belong to) and ``GraphRecord.run_count``. A model call runs one graph
 # per graph break plus one, so "graph runs" are counted, not calls. The first call is
 # taken to be the leading graph runs that each compiled a graph: it ends at the first run
-# that compiled none (it reused a graph, or only created a session: a backward pass), or
-# at a recompile of a frame those runs already compiled (the next call changed dtype or
-# shape). Graphs Dynamo never handed to ortlab leave no trace here.
+# that compiled none (it reused a graph, or only created a session: a backward pass), at
+# a run that compiled only backward graphs (AOTAutograd compiles a backward in
+# ``backward()`` unless a symbolic size is saved for it), or at a recompile of a frame
+# those runs already compiled (the next call changed dtype or shape). Graphs Dynamo never
+# handed to ortlab leave no trace here.
 """
 
 from __future__ import annotations
@@ -224,6 +226,9 @@ def first_call_runs(obj: Any) -> tuple[int, int] | None:
         compiled = [e.graph_index for e in row.events if e.kind == "graph"]
         if not compiled:
             break
+        kinds = {graphs[i].kind for i in compiled if i < len(graphs)}
+        if kinds == {"backward"} and last:
+            break  # compiled by backward(), after the call
         again = False
         for index in compiled:
             graph = graphs[index] if index < len(graphs) else None
