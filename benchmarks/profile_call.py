@@ -16,7 +16,8 @@ For each model it compiles with the ortlab backend, warms up, then
    fed the backend's way (``ortlab.backend.create_session``: same providers and session
    options, zero-copy torch <-> OrtValue hand-off);
 4. times two reference points: **Dynamo's entry alone** (the model under ``torch.compile``
-   as ``ortlab.compile`` compiles it, ``dynamic=True`` with floats specialized, and a
+   as ``ortlab.compile`` compiles it, torch.compile's default shapes with floats
+   specialized (``ortlab.bench._floor.dynamo_entry``), and a
    backend that runs nothing, each graph returning
    the outputs of its first run: frame entry, guards and the bytecode around the graphs,
    the least any ``torch.compile`` backend costs), the same **right after ONNX Runtime
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import cProfile
 import pstats
 import sys
@@ -54,10 +54,9 @@ from typing import Any
 import torch
 
 import ortlab
-from ortlab import zoo
+from ortlab import _harness, zoo
 from ortlab.backend import _torch_private
-from ortlab.bench import _engine, _format, _zoo
-from ortlab.bench._floor import OrtFloor
+from ortlab.bench import _engine, _floor, _format, _zoo
 
 MODELS = ("mlp", "gelu_mlp", "cnn", "transformer_layer", "tiny_llama")
 
@@ -142,30 +141,6 @@ def _bare_sessions(backend: ortlab.OrtBackend, call: Callable[[], Any]) -> Calla
     return run_all
 
 
-def _dynamo_entry(model: torch.nn.Module) -> Any:
-    """``model`` compiled as :func:`ortlab.compile` compiles it (``dynamic=True``, floats
-    specialized) with a backend that runs nothing: every graph returns the outputs of its
-    first run."""
-
-    def cached_outputs(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        cache: list[Any] = []
-
-        def run(*args: Any) -> Any:
-            if not cache:
-                cache.append(gm(*args))
-            return cache[0]
-
-        return run
-
-    return _torch_private.compile_with_dynamo(
-        copy.deepcopy(model),
-        cached_outputs,
-        dynamic=True,
-        fullgraph=False,
-        specialize_floats=True,
-    )
-
-
 def _median_us_interleaved(calls: dict[str, Callable[[], Any]], n: int) -> dict[str, float]:
     """Median µs per call of each callable, timed in interleaved blocks (as ``bench``
     does), so that load changes on a shared machine reach them alike."""
@@ -180,7 +155,10 @@ def _median_us_interleaved(calls: dict[str, Callable[[], Any]], n: int) -> dict[
 def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
     entry = zoo.get(name)
     model, inputs = entry.build(), entry.example_inputs(_zoo.ZOO_BATCH.get(name))
-    compiled = ortlab.compile(model, freeze_parameters=frozen)
+    # A fresh entry function, as ortlab.bench compiles it (and _floor.dynamo_entry).
+    compiled = ortlab.compile(
+        _harness.fresh_entry(model, name="profile_ortlab"), freeze_parameters=frozen
+    )
     backend = compiled.ortlab_backend
     with torch.no_grad(), _torch_private.dynamo_config_patch(dict(entry.dynamo_config)):
 
@@ -190,8 +168,8 @@ def profile_model(name: str, *, calls: int, frozen: bool) -> dict[str, Any]:
         def eager_call() -> Any:
             return model(*inputs)
 
-        entry_only = _dynamo_entry(model)
-        floor = OrtFloor(model, tuple(inputs), options=backend.options)
+        entry_only = _floor.dynamo_entry(model)
+        floor = _floor.OrtFloor(model, tuple(inputs), options=backend.options)
 
         def entry_call() -> Any:
             return entry_only(*inputs)
@@ -300,7 +278,7 @@ def to_markdown(results: Sequence[dict[str, Any]], *, threads: int, frozen: bool
         "",
         "`bare ORT sessions` runs each session the call used, on the inputs it received, "
         "with the backend's zero-copy hand-off. `Dynamo entry` is the model compiled with a "
-        "backend that runs nothing (dynamic=True, floats specialized, as ortlab.compile): "
+        "backend that runs nothing (compiled as ortlab.compile compiles, floats specialized): "
         "Dynamo's own price per call, with warm "
         "caches; `entry after ORT` is the same right after the floor ran (floor + entry, "
         "minus floor): its guards and frame then find the CPU caches full of the model's "

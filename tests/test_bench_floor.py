@@ -127,3 +127,46 @@ def test_floor_of_cuda_inputs_runs_on_the_cuda_provider_and_stays_on_device():
     assert out.device == x.device
     with torch.no_grad():
         torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+
+
+def _norm_block():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)).eval()
+
+
+def test_floor_is_fused_as_ortlab_partitions_are_unless_told_not_to():
+    x = torch.randn(2, 5, 8)
+    fused = _floor.OrtFloor(_norm_block(), (x,))
+    plain = _floor.OrtFloor(_norm_block(), (x,), options={"ort_fusions": False})
+    forced = _floor.OrtFloor(
+        _linear_gelu(), (torch.randn(4, 8),), options={"ort_fusions": True}
+    )
+    assert (plain.fusions, plain.fusion_note) == ({}, "")
+    assert "patterns is in the model" in forced.fusion_note
+    with torch.no_grad():
+        expected = _norm_block()(x)
+    for floor in (fused, plain):
+        (out,) = floor(x)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_dynamo_entry_runs_nothing_after_its_first_call():
+    def model(x):
+        return x * 2
+
+    entry = _floor.dynamo_entry(model)
+    first = entry(torch.ones(3))
+    again = entry(torch.full((3,), 5.0))  # another input: still the first outputs
+    torch.testing.assert_close(again, first)
+    torch.testing.assert_close(first, torch.full((3,), 2.0))
+
+
+def test_the_floor_behind_dynamo_row_returns_the_floors_outputs_and_its_first_call():
+    model, x = _linear_gelu(), torch.randn(4, 8)
+    result = ortlab.bench(model, x, backends=("eager", "ort", "ort+dynamo"), **FAST)
+    row = result.row("ort+dynamo")
+    assert row["error"] == "" and row["max_abs_diff"] <= 1e-5
+    assert set(result.first_call_steps["ort+dynamo"]) == {"export", "session", "first_run"}
+    trained = ortlab.bench(model, x, backends=("eager", "ort+dynamo"), training=True, **FAST)
+    assert '"ort+dynamo" floor runs inference only' in trained.row("ort+dynamo")["error"]

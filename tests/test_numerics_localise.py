@@ -55,6 +55,7 @@ def test_perturbed_constant_is_found_at_its_node_and_carried_error_is_separated(
         x_of(4, 8),
         excluded_ops=["aten.tanh"],
         opset_version=18,
+        ort_fusions=False,  # fused, the erf-based GELU is one Gelu op without a Constant
         pre_ort_model_transforms=[perturb_sqrt2_constant_of(planted, hits)],
     )
     assert hits, "the planted constant was not found: the test would prove nothing"
@@ -150,3 +151,59 @@ def test_int_and_bool_outputs_are_compared_exactly():
     verdicts = [t.passed for t in planted.outputs]
     assert verdicts == [True, False, True]
     assert planted.first_divergent.node == "gt"
+
+
+class _ResidualBlock(torch.nn.Module):
+    """Linear layers on a [batch, seq, features] activation, a residual add and a
+    LayerNorm: ortlab runs the linear layers as N-D MatMuls (3-D values where the FX
+    graph has 2-D ones), and ONNX Runtime's fusions fold the add and the LayerNorm into
+    one SkipLayerNormalization (taking the second bias along)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.fc1 = torch.nn.Linear(8, 8)
+            self.fc2 = torch.nn.Linear(8, 8)
+            self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(torch.relu(self.fc1(x))))
+
+
+def _wider_epsilon(op_type: str):
+    def transform(model: onnx.ModelProto) -> None:
+        for node in model.graph.node:
+            if node.op_type == op_type:
+                for attr in node.attribute:
+                    if attr.name == "epsilon":
+                        attr.f = 0.5
+
+    return transform
+
+
+@pytest.mark.parametrize(
+    ("fusions", "op_type"),
+    [(False, "LayerNormalization"), (None, "SkipLayerNormalization")],
+)
+def test_a_planted_normalisation_is_blamed_not_the_linear_layers_before_it(fusions, op_type):
+    report = ortlab.diff(
+        _ResidualBlock().eval(),
+        x_of(2, 5, 8),
+        ort_fusions=fusions,
+        pre_ort_model_transforms=[_wider_epsilon(op_type)],
+    )
+    (session,) = report.backend.sessions
+    ops = {n.op_type for n in session.model.graph.node}
+    assert op_type in ops and "Gemm" not in ops  # linear layers run as N-D MatMuls
+    assert not report.passed
+    first = report.first_divergent
+    # The LayerNorm's result, not an addmm whose ONNX value is 3-D (compared reshaped)
+    # or stands inside a fused operator (not compared on its own).
+    assert first.node == "getitem" and first.target == "getitem"
+    assert first.local is not None and first.local.max_abs_error < math.inf
+    linears = [n for n in report.failing_partitions[0].nodes if n.node.startswith("addmm")]
+    assert linears and not any(n.diverged for n in linears)
+    if fusions is None:
+        fused = [n for n in linears if "FusedMatMul" in n.onnx_ops]
+        assert fused and all(n.diff is None and "fused operator" in n.note for n in fused)

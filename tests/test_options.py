@@ -42,6 +42,8 @@ def test_unknown_dict_key_names_the_valid_options():
         ({"preferred_execution_providers": [42]}, "42"),
         ({"use_aot_autograd": "yes"}, "use_aot_autograd"),
         ({"dynamic_shapes": "auto"}, "dynamic_shapes"),
+        ({"ort_fusions": "auto"}, "ort_fusions must be None"),
+        ({"ort_fusions": 1}, "ort_fusions"),
         ({"pre_ort_model_transforms": [1]}, "not callable"),
         ({"ort_session_options": {"threads": 1}}, "SessionOptions"),
         ({"dump_path": 3}, "dump_path"),

@@ -78,7 +78,8 @@ def test_opset_version_option_is_used_for_every_partition(opset):
     assert len(backend.sessions) == 3
     for session in backend.sessions:
         assert {o.version for o in session.model.opset_import if o.domain == ""} == {opset}
-    ops = {n.op_type for n in backend.sessions[0].model.graph.node}
+    # ONNX's own ops (ONNX Runtime's fusions may add a com.microsoft Gelu at any opset).
+    ops = {n.op_type for n in backend.sessions[0].model.graph.node if n.domain == ""}
     assert ("Gelu" in ops) == (opset >= 20)
 
 
@@ -170,7 +171,7 @@ def test_linear_layers_on_sequences_run_as_matmuls_without_copying_weights(tmp_p
     import onnxruntime as ort
 
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4, bias=False)).eval()
-    compiled = ortlab.compile(model)
+    compiled = ortlab.compile(model, ort_fusions=False)  # ortlab's passes alone
     x = torch.randn(2, 5, 8)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))

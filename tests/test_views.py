@@ -295,7 +295,7 @@ def test_sessions_frame_shows_symbolic_input_schema_and_model_facts(inference, t
     frame = views.sessions_frame(inference)
     assert list(frame.columns) == [
         "graph", "kind", "partition", "session", "input_schema", "output_schema",
-        "providers", "threads", "export_s", "session_s", "runs", "onnx_nodes",
+        "providers", "threads", "fusions", "export_s", "session_s", "runs", "onnx_nodes",
         "model_bytes", "export_method", "active",
     ]  # fmt: skip
     assert len(frame) == len(inference.sessions) == 2
@@ -317,8 +317,8 @@ def test_timings_frame_breaks_compile_time_down_by_step(training):
     assert list(frame.columns) == ["step", "seconds", "start", "fraction"]
     assert list(frame["step"]) == [
         "Dynamo trace", "exporter registry", "lower to ATen", "support", "partition",
-        "Dynamo guards", "type promotion", "translate", "serialize", "transforms",
-        "session", "choose threads", "first run",
+        "Dynamo guards", "type promotion", "translate", "fuse for ORT", "serialize",
+        "transforms", "session", "choose threads", "first run",
     ]  # fmt: skip
     expected = training.compile_timings()
     assert frame["seconds"].sum() == pytest.approx(sum(expected.values()))

@@ -80,6 +80,15 @@ def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
     ), single
 
 
+class _FusedModelFailed(Exception):
+    """A fused model's session could not be made or run (its cause is chained); carries
+    the seconds the attempt took (export, fusions, session, runs)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("the fused model failed")
+        self.seconds = seconds
+
+
 class OrtPartitionModule:
     """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
 
@@ -212,6 +221,35 @@ class OrtPartitionModule:
         )
 
     def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
+        """A runner for these arguments' schema: the model exported (and fused, for an
+        inference graph, as ``ort_fusions`` says), its session, its first runs. A fused
+        model ONNX Runtime refuses or cannot run is replaced by the unfused one."""
+        fuse = self._context.options.ort_fusions if self._allow_freeze else False
+        try:
+            return self._create_with(args, fuse=fuse)
+        except _FusedModelFailed as failed:
+            cause = failed.__cause__
+            why = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
+            runner = self._create_with(args, fuse=False, earlier={"fuse": failed.seconds})
+            runner.record.fusion_note = (
+                f"ONNX Runtime could not run the fused model ({why.rstrip(': ')}); the "
+                "unfused model runs"
+            )
+            return runner
+
+    def _create_with(
+        self,
+        args: Sequence[Any],
+        *,
+        fuse: bool | None,
+        earlier: dict[str, float] | None = None,
+    ) -> _runtime.OrtRunner:
+        """:meth:`_create` with fusions as ``fuse`` says; ``earlier``: seconds per step
+        spent before (a fused attempt that failed, counted as ``fuse``).
+
+        Raises:
+            _FusedModelFailed: the model is fused and its session or first runs failed.
+        """
         context = self._context
         options = context.options
         record = self.record
@@ -227,7 +265,10 @@ class OrtPartitionModule:
             opset_version=options.opset_version,
             registry=context.registry,
             custom_translations=tuple(options.custom_translations or ()),
+            fuse=fuse,
         )
+        if earlier:
+            _export.add_timings(exported.timings, earlier)
         proto = exported.proto
         start = time.perf_counter()
         model_bytes = proto.SerializeToString()
@@ -265,17 +306,25 @@ class OrtPartitionModule:
             return _runtime.OrtRunner(made, proto, **runner_kwargs)
 
         start = time.perf_counter()
-        graphed, graph_note = None, ""
-        if options.cuda_graphs:
-            graphed, graph_note = self._create_cuda_graph_runner(
-                proto, model_bytes, providers, runner_kwargs
-            )
-        if graphed is not None:
-            runner, choice = graphed, _threads.initial(options, providers[0][0])[0]
-        else:
-            runner, choice = _threads.choose(
-                options, providers[0][0], make_runner, run=lambda r: r.run(args)
-            )
+        try:
+            graphed, graph_note = None, ""
+            if options.cuda_graphs:
+                graphed, graph_note = self._create_cuda_graph_runner(
+                    proto, model_bytes, providers, runner_kwargs
+                )
+            if graphed is not None:
+                runner, choice = graphed, _threads.initial(options, providers[0][0])[0]
+            else:
+                runner, choice = _threads.choose(
+                    options, providers[0][0], make_runner, run=lambda r: r.run(args)
+                )
+            if exported.fused and choice.probed_from is None:
+                runner.run(args)  # a fused model's first run, where no probe ran it
+        except Exception as e:
+            if not exported.fused:
+                raise
+            spent = sum(exported.timings.values()) + time.perf_counter() - start
+            raise _FusedModelFailed(spent) from e
         session_seconds = time.perf_counter() - start - choice.seconds
         timings = dict(exported.timings)
         timings["session"] = session_seconds
@@ -296,10 +345,7 @@ class OrtPartitionModule:
             output_value_infos=tuple(proto.graph.output),
             providers=tuple(session.get_providers()),
             export_method=exported.method,
-            export_seconds=sum(
-                exported.timings.get(k, 0.0)
-                for k in ("type_promotion", "translate", "serialize", "transforms")
-            ),
+            export_seconds=sum(exported.timings.get(k, 0.0) for k in records.EXPORT_STEPS),
             session_seconds=session_seconds,
             model_bytes=len(model_bytes),
             timings=timings,
@@ -309,6 +355,8 @@ class OrtPartitionModule:
             cuda_graph_note=graph_note,
             threads=choice.threads,
             threads_note=choice.note,
+            fusions=dict(exported.fusions),
+            fusion_note=exported.fusion_note,
         )
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.

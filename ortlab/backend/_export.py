@@ -6,7 +6,8 @@
 #   copy graph  ->  [static: re-propagate concrete shapes]  ->  fill schema defaults
 #     ->  type promotion (skipped when every tensor has one floating dtype)
 #     ->  translate (torchlib)  ->  [freeze: params become initializers]
-#     ->  remove unused nodes  ->  serialize  ->  pre_ort_model_transforms
+#     ->  ortlab's passes, remove unused nodes  ->  [ONNX Runtime fusions (_fusions)]
+#     ->  serialize  ->  pre_ort_model_transforms
 #
 # The partition's own GraphModule is never modified: it stays the eager fallback and
 # what the views show. When the direct path is unavailable on this torch, or fails, the
@@ -26,7 +27,7 @@ import torch
 import torch.fx
 
 from ortlab import errors
-from ortlab.backend import _passes, _torch_private
+from ortlab.backend import _fusions, _passes, _torch_private
 
 if TYPE_CHECKING:
     import onnx
@@ -41,6 +42,20 @@ class ExportedModel:
     timings: dict[str, float]
     frozen_inputs: tuple[int, ...] = ()
     """Placeholder positions baked into the model as initializers."""
+    fused: bool = False
+    """The model was rewritten for ONNX Runtime's fused operators (even where no fusion
+    of ``fusions`` applied, smaller rewrites may have)."""
+    fusions: dict[str, int] = dataclasses.field(default_factory=dict)
+    """ONNX Runtime fusions applied, by name (see :mod:`ortlab.backend._fusions`)."""
+    fusion_note: str = ""
+    """Why fusions that were tried are not in the model ("" when they are, or when they
+    were not tried)."""
+
+
+def add_timings(into: dict[str, float], more: Mapping[str, float]) -> None:
+    """Adds the seconds of ``more`` to ``into``, step by step."""
+    for step, seconds in more.items():
+        into[step] = into.get(step, 0.0) + seconds
 
 
 def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -169,8 +184,16 @@ def _translate_direct(
     frozen: Mapping[int, torch.Tensor],
     opset_version: int | None,
     registry: Any,
+    fuse: bool | None,
     timings: dict[str, float],
-) -> onnx.ModelProto:
+) -> tuple[onnx.ModelProto, bool, dict[str, int], str]:
+    """The model, whether it was rewritten for fusions, the fusions applied and why none
+    were (see :class:`ExportedModel`).
+
+    ``fuse``: ``None`` where the graph has a pattern's first op, ``True`` always,
+    ``False`` never. A fusion that raises is reported in the note and the partition
+    translated again without it (the rewrite may have left the model half done).
+    """
     import onnx_ir as ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
@@ -194,10 +217,37 @@ def _translate_direct(
     RemoveUnusedNodesPass()(model)
     timings["translate"] = time.perf_counter() - start
 
+    fusions: dict[str, int] = {}
+    note = ""
+    fused = bool(fuse or (fuse is None and _fusions.has_patterns(model)))
+    if fused:
+        start = time.perf_counter()
+        try:
+            fusions = _fusions.fuse(model)
+        except Exception as e:
+            timings["fuse"] = time.perf_counter() - start
+            unfused: dict[str, float] = {}
+            proto, _, _, _ = _translate_direct(
+                gm,
+                name=name,
+                static_args=static_args,
+                frozen=frozen,
+                opset_version=opset_version,
+                registry=registry,
+                fuse=False,
+                timings=unfused,
+            )
+            add_timings(timings, unfused)
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+            return proto, False, {}, f"the fusions failed ({why.rstrip(': ')}); runs unfused"
+        timings["fuse"] = time.perf_counter() - start
+        if not fusions:
+            note = "none of the fused operators' patterns is in the model"
+
     start = time.perf_counter()
     proto = ir.serde.serialize_model(model)
     timings["serialize"] = time.perf_counter() - start
-    return proto
+    return proto, fused, fusions, note
 
 
 def _export_retrace(
@@ -251,6 +301,7 @@ def export_partition(
     opset_version: int | None = None,
     registry: Any = None,
     custom_translations: Sequence[tuple[Any, Callable[..., Any]]] = (),
+    fuse: bool | None = False,
 ) -> ExportedModel:
     """Exports one partition for the input schema of ``args``.
 
@@ -266,6 +317,9 @@ def export_partition(
             one for ``opset_version``; a backend with ``custom_translations`` has its own).
         custom_translations: ``(op, onnxscript function)`` pairs, for the re-tracing
             fallback (the direct translation finds them in ``registry``).
+        fuse: Rewrite the model with ONNX Runtime's fused operators: ``None`` where it
+            has a pattern's first op, ``True`` always, ``False`` never (the re-tracing
+            fallback never does).
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -275,15 +329,19 @@ def export_partition(
     method = "direct"
     direct_error: Exception | None = None
     proto = None
+    fused = False
+    fusions: dict[str, int] = {}
+    fusion_note = ""
     if _torch_private.DIRECT_TRANSLATION_ERROR is None:
         try:
-            proto = _translate_direct(
+            proto, fused, fusions, fusion_note = _translate_direct(
                 gm,
                 name=name,
                 static_args=args if static else None,
                 frozen=frozen,
                 opset_version=opset_version,
                 registry=registry,
+                fuse=fuse,
                 timings=timings,
             )
         except Exception as e:
@@ -313,5 +371,11 @@ def export_partition(
             ) from e
     timings["transforms"] = time.perf_counter() - start
     return ExportedModel(
-        proto=proto, method=method, timings=timings, frozen_inputs=tuple(sorted(frozen))
+        proto=proto,
+        method=method,
+        timings=timings,
+        frozen_inputs=tuple(sorted(frozen)),
+        fused=fused,
+        fusions=fusions,
+        fusion_note=fusion_note,
     )

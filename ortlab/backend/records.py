@@ -30,15 +30,10 @@ up front). ``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing 
 partitioning since the previous graph of the same compile). ``guards``: Dynamo's work
 after ortlab returns the graph (guards, the frame's new bytecode, AOTAutograd's runtime
 wrappers), until the graph first runs."""
-SESSION_STEPS = (
-    "type_promotion",
-    "translate",
-    "serialize",
-    "transforms",
-    "session",
-    "threads",
-    "first_run",
-)
+EXPORT_STEPS = ("type_promotion", "translate", "fuse", "serialize", "transforms")
+"""The session steps that make its ONNX model (``SessionRecord.export_seconds``).
+``fuse``: rewriting it with ONNX Runtime's fused operators (``ort_fusions``)."""
+SESSION_STEPS = (*EXPORT_STEPS, "session", "threads", "first_run")
 """``threads``: timing the session against a one-thread twin and creating the twin (only
 for short runs with ``intra_op_threads="auto"``)."""
 TIMING_STEPS = GRAPH_STEPS + SESSION_STEPS
@@ -51,6 +46,12 @@ FOLDED_FX_NODES_KEY = "ortlab.folded_fx_nodes"
 were folded into this one (a weight ``Transpose`` absorbed by ``Gemm``'s ``transB``)."""
 
 _FX_NODE_NAME = re.compile(r"\s*%([^\s:]+)")
+
+
+def fusions_text(fusions: dict[str, int], note: str = "") -> str:
+    """``"attention ×2, skip_layer_normalization ×4"``, then the note (if any)."""
+    text = ", ".join(f"{name} ×{count}" for name, count in fusions.items())
+    return "; ".join(t for t in (text, note) if t)
 
 
 def fx_node_name_in(provenance: str) -> str | None:
@@ -146,7 +147,8 @@ class SessionRecord:
     export_method: str = "direct"
     """``"direct"`` (FX graph translated node by node) or ``"retrace"`` (public exporter)."""
     export_seconds: float = 0.0
-    """Type promotion + translation + serialization + transforms."""
+    """Making the model: the :data:`EXPORT_STEPS` (type promotion, translation, fusion,
+    serialization, transforms)."""
     session_seconds: float = 0.0
     """``onnxruntime.InferenceSession`` creation."""
     run_count: int = 0
@@ -170,6 +172,12 @@ class SessionRecord:
     threads_note: str = ""
     """How ``threads`` was chosen: the option that set it, or the probe's medians
     ("1 thread: 0.210 ms with 1 thread vs 0.320 ms with 2 ...")."""
+    fusions: dict[str, int] = dataclasses.field(default_factory=dict)
+    """ONNX Runtime fused operators the model was rewritten with, by fusion
+    (``{"skip_layer_normalization": 4, "attention": 2}``; option ``ort_fusions``)."""
+    fusion_note: str = ""
+    """Why the model has no fusions where they were tried ("none of its patterns", or the
+    error that made it fall back to the unfused model)."""
     last_inputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
     """The ONNX inputs of the last run, in the model's input order (inference graphs
     only: a training graph's would keep its saved activations alive)."""
@@ -251,6 +259,8 @@ class SessionRecord:
             ("session creation", f"{self.session_seconds * 1e3:.1f} ms"),
             ("runs", self.run_count),
         ]
+        if self.fusions or self.fusion_note:
+            rows.append(("fused operators", fusions_text(self.fusions, self.fusion_note)))
         if self.cuda_graph_status:
             rows.append(("CUDA graph", self.cuda_graph_status))
         return rows

@@ -4,6 +4,9 @@
 - ``"ortlab"`` / ``"ortlab-frozen"``: :func:`ortlab.compile` (``freeze_parameters=True``
   for the second);
 - ``"ort"``: the ONNX Runtime floor (:mod:`ortlab.bench._floor`);
+- ``"ort+dynamo"``: the floor, then Dynamo's entry on the model with a backend that runs
+  nothing (:class:`ortlab.bench._floor.FloorBehindDynamo`): the least a ``torch.compile``
+  backend running the floor's session could cost;
 - any other name: ``torch.compile(backend=name)`` (``"inductor"``, ``"aot_eager"``...).
 
 Every backend gets its own deep copy of a module and, when compiled, a wrapper function
@@ -93,7 +96,7 @@ def make_call(
     Raises:
         UnsupportedOptionError: ``"ort"`` with ``training=True`` (inference only).
     """
-    name = f"bench_{backend.replace('-', '_')}"
+    name = f"bench_{backend.replace('-', '_').replace('+', '_')}"
     if backend == "eager":
         return target, None
     if backend in ("ortlab", "ortlab-frozen"):
@@ -103,13 +106,17 @@ def make_call(
         entry = _harness.fresh_entry(target, name=name)
         compiled = ortlab.backend.compile(entry, dynamic=dynamic, **options)
         return compiled, ortlab.backend.backend_of(compiled)
-    if backend == "ort":
+    if backend in ("ort", "ort+dynamo"):
         if training:
             raise errors.UnsupportedOptionError(
-                'bench: the "ort" floor runs inference only; leave it out of backends '
-                "when training=True."
+                f'bench: the "{backend}" floor runs inference only; leave it out of '
+                "backends when training=True."
             )
-        return _floor.OrtFloor(target, args, options=ortlab_options), None
+        floor = _floor.OrtFloor(target, args, options=ortlab_options)
+        if backend == "ort":
+            return floor, None
+        entry = _floor.dynamo_entry(target, dynamic=dynamic)
+        return _floor.FloorBehindDynamo(floor, entry), None
     entry = _harness.fresh_entry(target, name=name)
     return torch.compile(entry, backend=backend, dynamic=dynamic), None
 

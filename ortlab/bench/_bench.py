@@ -74,8 +74,12 @@ def bench(
       sessions and the nodes that run in ONNX Runtime.
     - ``"ortlab-frozen"``: the same with ``freeze_parameters=True``.
     - ``"ort"``: the ONNX Runtime floor — the whole model exported once with
-      ``torch.onnx.export(..., dynamo=True)`` and run by one bare session on the
-      provider of the inputs' device, with ortlab's zero-copy hand-off (inference only).
+      ``torch.onnx.export(..., dynamo=True)`` (and fused as ortlab's partitions are) and
+      run by one bare session on the provider of the inputs' device, with ortlab's
+      zero-copy hand-off (inference only).
+    - ``"ort+dynamo"``: the floor, then the model under ``torch.compile`` with a backend
+      that runs nothing: the least a ``torch.compile`` backend running the floor's
+      session could cost (inference only).
     - any other name is passed to ``torch.compile(backend=name)`` (e.g. ``"aot_eager"``).
 
     Args:
@@ -242,11 +246,12 @@ def first_call_steps(
     """
     if ortlab_backend is not None:
         return {k: v for k, v in ortlab_backend.compile_timings().items() if v > 0}
-    if isinstance(call, _floor.OrtFloor):
-        built = call.export_seconds + call.session_seconds
+    floor = call.floor if isinstance(call, _floor.FloorBehindDynamo) else call
+    if isinstance(floor, _floor.OrtFloor):
+        built = floor.export_seconds + floor.session_seconds
         return {
-            "export": call.export_seconds,
-            "session": call.session_seconds,
+            "export": floor.export_seconds,
+            "session": floor.session_seconds,
             "first_run": max(0.0, first_call_s - built),
         }
     return {}

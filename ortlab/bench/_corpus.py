@@ -13,7 +13,10 @@ the floor's export and session creation, and the targets:
   Python number outside any partition and does not count:
   :func:`ortlab.bench._coverage.one_partition_but_sizes`, read from the ortlab row's own
   records): ortlab-frozen at most 1.10x the floor, ortlab (default options) at most 1.25x
-  (:data:`ONE_PARTITION_TARGETS`);
+  (:data:`ONE_PARTITION_TARGETS`) — and the same ratios against ``ort+dynamo``, the
+  floor behind Dynamo's entry (:func:`ortlab.bench._floor.dynamo_entry`), which is what
+  any ``torch.compile`` backend pays at least. Where ``ort+dynamo`` alone is beyond a
+  ratio to the floor, the cell says so: no ``torch.compile`` backend can meet it there;
 - on every model where the floor is ahead of inductor: ortlab ahead of inductor too.
 
 Inductor's first compile takes 25-60 s per model on a small CPU, so the default selection
@@ -52,14 +55,19 @@ CORPUS_BENCH_MODELS = (
 """What ``ortlab bench --corpus`` (and ``make bench``) runs without a selection: the fast
 subset (one model per family kind) and two larger CNNs that compile to one partition."""
 
-CORPUS_BACKENDS = ("eager", "inductor", "ortlab", "ortlab-frozen", "ort")
+CORPUS_BACKENDS = ("eager", "inductor", "ortlab", "ortlab-frozen", "ort", "ort+dynamo")
 """Backends of the corpus benchmark (``fast``: without inductor)."""
 
 ONE_PARTITION_TARGETS = (
     ("ortlab-frozen", "ort", 1.10),
     ("ortlab", "ort", 1.25),
+    ("ortlab-frozen", "ort+dynamo", 1.10),
+    ("ortlab", "ort+dynamo", 1.25),
 )
 """``(backend, reference, most)`` on one-partition models: median over the reference's."""
+
+BEHIND_DYNAMO = "ort+dynamo"
+"""The floor behind Dynamo's entry: the least a ``torch.compile`` backend costs."""
 
 _FAST_TIMING = dict(warmup=1, min_time=0.05, min_iters=3, max_iters=20)
 _FULL_TIMING = dict(warmup=3, min_time=1.0, min_iters=10, max_iters=2000)
@@ -84,28 +92,37 @@ def is_one_partition(result: _result.BenchResult) -> bool | None:
     return _coverage.one_partition_but_sizes(backend.graphs)
 
 
-def _cell(ratio: float, most: float, *, strict: bool = False) -> str:
+def _cell(ratio: float, most: float, *, strict: bool = False, dynamo: float = math.nan) -> str:
+    """``"1.08 met"`` / ``"1.31 missed"``; ``dynamo``: the floor behind Dynamo's entry
+    over the floor, named in a missed cell when it alone is beyond ``most``."""
     if not _format.finite(ratio):
         return "n/a"
     met = ratio < most if strict else ratio <= most
-    return f"{_format.fmt_ratio(ratio)} {'met' if met else 'missed'}"
+    text = f"{_format.fmt_ratio(ratio)} {'met' if met else 'missed'}"
+    if not met and _format.finite(dynamo) and dynamo > most:
+        text += f" (Dynamo's entry alone: {_format.fmt_ratio(dynamo)})"
+    return text
 
 
 def target_rows(
     results: Sequence[_result.BenchResult], one_partition: Mapping[str, bool | None]
 ) -> list[list[str]]:
-    """One row per model: ``[model, one partition, frozen/ort cell, ortlab/ort cell,
-    ortlab/inductor cell]``; a cell reads ``"1.08 met"``, ``"1.31 missed"``, ``"n/a"``
-    (a backend it needs is missing or failed) or says why the target does not apply."""
+    """One row per model: ``[model, one partition, a cell per ONE_PARTITION_TARGETS,
+    ortlab/inductor cell]``; a cell reads ``"1.08 met"``, ``"1.31 missed"`` (with
+    ``"(Dynamo's entry alone: 2.10)"`` where the floor behind Dynamo's entry is already
+    beyond the target), ``"n/a"`` (a backend it needs is missing or failed) or says why
+    the target does not apply."""
     rows = []
     for r in results:
         medians = _medians(r)
         single = one_partition.get(r.name)
         cells = [r.name, {True: "yes", False: "no", None: "?"}[single]]
+        dynamo = medians.get(BEHIND_DYNAMO, math.nan) / medians.get("ort", math.nan)
         for backend, ref, most in ONE_PARTITION_TARGETS:
             if single:
                 ratio = medians.get(backend, math.nan) / medians.get(ref, math.nan)
-                cells.append(_cell(ratio, most))
+                alone = dynamo if ref == "ort" else math.nan
+                cells.append(_cell(ratio, most, dynamo=alone))
             else:
                 cells.append("not one partition")
         ort, inductor = medians.get("ort", math.nan), medians.get("inductor", math.nan)
@@ -118,6 +135,12 @@ def target_rows(
             cells.append(f"floor behind inductor ({_format.fmt_ratio(ort / inductor)})")
         rows.append(cells)
     return rows
+
+
+def _verdict(cell: str) -> str:
+    """``"met"`` / ``"missed"`` of a target cell (``""`` for the others)."""
+    words = cell.split(" (", 1)[0].split()
+    return words[1] if len(words) == 2 and words[1] in ("met", "missed") else ""
 
 
 def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
@@ -135,8 +158,8 @@ def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
         out.append(
             (
                 name,
-                sum(c.endswith(" met") for c in cells),
-                sum(c.endswith(" missed") for c in cells),
+                sum(_verdict(c) == "met" for c in cells),
+                sum(_verdict(c) == "missed" for c in cells),
             )
         )
     return out
@@ -204,6 +227,9 @@ def corpus_markdown(
     ratio_cols = [
         ("ortlab", "ort"),
         ("ortlab-frozen", "ort"),
+        (BEHIND_DYNAMO, "ort"),
+        ("ortlab", BEHIND_DYNAMO),
+        ("ortlab-frozen", BEHIND_DYNAMO),
         ("ortlab", "inductor"),
         ("ortlab", "eager"),
     ]
@@ -235,8 +261,11 @@ def corpus_markdown(
         f"Inference, steady-state median per call in ms with p10–p90 "
         f"({machine.get('torch_threads')} threads), every backend of a model timed in one "
         "run, interleaved; ratios below 1 are faster than the reference. `ort` is the floor: "
-        "the whole model exported with `torch.onnx.export` and run by one bare session, "
-        "zero-copy.",
+        "the whole model exported with `torch.onnx.export`, fused as ortlab's partitions "
+        "are (`ort_fusions`), and run by one bare session, zero-copy. `ort+dynamo` is the "
+        "floor followed by Dynamo's entry into the model with a backend that runs "
+        "nothing: the least a `torch.compile` backend running the floor's session could "
+        "cost.",
         "",
         _format.markdown_table(headers, rows),
         "",
@@ -246,9 +275,11 @@ def corpus_markdown(
         "## Targets",
         "",
         "On one-partition models: ortlab-frozen ≤ 1.10× the floor and ortlab ≤ 1.25× "
-        "the floor; wherever the floor is ahead of inductor, ortlab ahead of inductor "
-        "(ratio < 1). Ratios of medians from this one run."
-        + (" Fast mode: not a measurement." if fast else ""),
+        "the floor, and the same against `ort+dynamo` (the floor behind Dynamo's entry); "
+        "wherever the floor is ahead of inductor, ortlab ahead of inductor (ratio < 1). "
+        "A missed cell against the floor names `ort+dynamo / ort` where it alone is "
+        "beyond the target: there no `torch.compile` backend can meet it. Ratios of "
+        "medians from this one run." + (" Fast mode: not a measurement." if fast else ""),
         "",
         _format.markdown_table(
             [
@@ -265,7 +296,8 @@ def corpus_markdown(
         "## First call",
         "",
         "Seconds. ortlab's first call is compile + run, split into its compile steps "
-        "(`translate` = type promotion + translation + serialization + transforms); the "
+        "(`translate` = type promotion + translation + serialization + transforms, `fuse` = "
+        "the rewrite with ONNX Runtime's fused operators); the "
         "floor's is `torch.onnx.export` + session creation + run.",
         "",
         _format.markdown_table(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ortlab import zoo
+from ortlab.backend import records
 from ortlab.bench import _coverage, _format, _grads
 
 HEADERS = (
@@ -57,12 +58,11 @@ FIRST_CALL_STEPS = (
     "dynamo",
     "lower",
     "translate",
+    "fuse",
     "session",
     "first_run",
 )
 """Compile steps shown in the first-call breakdown (the others summed as "other")."""
-
-_TRANSLATE = ("type_promotion", "translate", "serialize", "transforms")
 
 
 def _sci(value: float | None) -> str:
@@ -144,10 +144,11 @@ def eager_ops_text(ops: Mapping[str, Mapping[str, int]]) -> str:
 
 def split_steps(steps: Mapping[str, float]) -> tuple[list[float], float]:
     """A first call's compile steps as the seconds of :data:`FIRST_CALL_STEPS` (in that
-    order, ``translate`` summing type promotion, translation, serialization and
-    transforms) and the seconds of all other steps."""
+    order, ``translate`` summing the export steps but the fusions: type promotion,
+    translation, serialization and transforms) and the seconds of all other steps."""
     rest = dict(steps)
-    rest["translate"] = sum(rest.pop(k, 0.0) for k in _TRANSLATE)
+    made = [k for k in records.EXPORT_STEPS if k != "fuse"]
+    rest["translate"] = sum(rest.pop(k, 0.0) for k in made)
     shown = [rest.pop(k, 0.0) for k in FIRST_CALL_STEPS]
     return shown, sum(rest.values())
 
@@ -276,7 +277,8 @@ def coverage_markdown(
         "## First call",
         "",
         "ortlab's first call (compile + run, seconds) and its steps; `translate` is type "
-        "promotion + translation + serialization + transforms; the floor's export "
+        "promotion + translation + serialization + transforms, `fuse` the rewrite with "
+        "ONNX Runtime's fused operators; the floor's export "
         "(`torch.onnx.export` of the whole model) and session creation beside it.",
         "",
         _format.markdown_table(

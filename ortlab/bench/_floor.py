@@ -1,16 +1,24 @@
 """The ONNX Runtime floor: the whole model exported once and run by one bare session.
 
-``torch.onnx.export(..., dynamo=True)`` exports the model; the session is made and run the
-way the backend makes and runs a partition's (:func:`ortlab.backend.create_session`):
-providers from the devices of the inputs (so CUDA inputs run on the CUDA provider, on
-their device), ortlab's session options, and the zero-copy torch <-> OrtValue hand-off.
-What ortlab adds on top of ONNX Runtime is then the ratio of the two rows: Dynamo, the
-partitions' glue, eager ops — not a difference of providers or of copies.
+``torch.onnx.export(..., dynamo=True)`` exports the model, which is rewritten with ONNX
+Runtime's fused operators as ortlab's inference partitions are (option ``ort_fusions``);
+the session is made and run the way the backend makes and runs a partition's
+(:func:`ortlab.backend.create_session`): providers from the devices of the inputs (so CUDA
+inputs run on the CUDA provider, on their device), ortlab's session options, and the
+zero-copy torch <-> OrtValue hand-off. What ortlab adds on top of ONNX Runtime is then the
+ratio of the two rows: Dynamo, the partitions' glue, eager ops — not a difference of
+providers, of copies or of fused operators.
+
+:func:`dynamo_entry` is the other reference point: the model under ``torch.compile`` as
+:func:`ortlab.compile` compiles it, with a backend that runs nothing. Called right after
+the floor (the ``"ort+dynamo"`` row of a benchmark) it is the least a ``torch.compile``
+backend running the floor's session could cost.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import time
@@ -19,10 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+import torch.fx
 
 import ortlab.backend
-from ortlab import errors
-from ortlab.backend import _torch_private
+from ortlab import _harness, errors
+from ortlab.backend import _fusions, _torch_private
 
 
 class _AsModule(torch.nn.Module):
@@ -62,8 +71,11 @@ class OrtFloor:
     the compiled backends' first call.
 
     Attributes:
-        export_seconds: ``torch.onnx.export`` of the whole model.
+        export_seconds: ``torch.onnx.export`` of the whole model, and its fusions.
         session_seconds: Creating its session (and choosing its threads).
+        fusions: ONNX Runtime fusions applied to the model, by name.
+        fusion_note: Why none were where they were tried (or why the fused model was
+            given up).
 
     Raises:
         ExportError: the model does not export, or its inputs are not the call's.
@@ -78,8 +90,12 @@ class OrtFloor:
         options: ortlab.backend.OrtBackendOptions | Mapping[str, Any] | None = None,
     ) -> None:
         module = target if isinstance(target, torch.nn.Module) else _AsModule(target)
+        resolved = ortlab.backend.OrtBackendOptions.from_value(options)
         start = time.perf_counter()
-        model = _export(module, args)
+        exported = _export(module, args)
+        model, self.fusions, self.fusion_note = _fusions.fuse_proto(
+            exported, resolved.ort_fusions
+        )
         self.export_seconds = time.perf_counter() - start
         flat = _inputs(args)
         if len(flat) != len(model.graph.input):
@@ -90,9 +106,21 @@ class OrtFloor:
             )
         start = time.perf_counter()
         # Its threads are chosen as the backend chooses a partition's (on these inputs).
-        self.session = ortlab.backend.create_session(
-            model, like=flat, options=options, choose_threads=True
-        )
+        try:
+            self.session = ortlab.backend.create_session(
+                model, like=flat, options=resolved, choose_threads=True
+            )
+        except Exception as e:  # refused, or its first runs (choosing threads) failed
+            if model is exported:
+                raise
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+            self.fusions, self.fusion_note = (
+                {},
+                f"the fused model failed ({why}); runs unfused",
+            )
+            self.session = ortlab.backend.create_session(
+                exported, like=flat, options=resolved, choose_threads=True
+            )
         self.session_seconds = time.perf_counter() - start
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
@@ -102,3 +130,48 @@ class OrtFloor:
 def _inputs(args: tuple[Any, ...]) -> list[Any]:
     """The call's values as the exported model takes them: flattened, ``None`` left out."""
     return [a for a in _torch_private.tree_leaves(args) if a is not None]
+
+
+def dynamo_entry(target: Any, *, dynamic: bool | None = None) -> Callable[..., Any]:
+    """``target`` compiled as :func:`ortlab.compile` compiles it (floats specialized,
+    ``dynamic`` as given) with a backend that runs nothing: each graph returns the
+    outputs of its first run. A call then costs Dynamo's frame entry, its guards and the
+    bytecode around the graphs: the least any ``torch.compile`` backend costs per call.
+
+    A module is deep-copied (Dynamo's caches never meet another compile of it).
+    """
+
+    def first_outputs(graph_module: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        cache: list[Any] = []
+
+        def run(*args: Any) -> Any:
+            if not cache:
+                cache.append(graph_module(*args))
+            return cache[0]
+
+        return run
+
+    copied = copy.deepcopy(target) if isinstance(target, torch.nn.Module) else target
+    return _torch_private.compile_with_dynamo(
+        _harness.fresh_entry(copied, name="dynamo_entry"),
+        first_outputs,
+        dynamic=dynamic,
+        fullgraph=False,
+        specialize_floats=True,
+    )
+
+
+class FloorBehindDynamo:
+    """The ``"ort+dynamo"`` row's callable: the floor's session, then Dynamo's entry on
+    the same model (:func:`dynamo_entry`, called right after ONNX Runtime ran, as in a
+    real compiled call, whose guards find the CPU caches full of the model's data).
+    Returns the floor's outputs."""
+
+    def __init__(self, floor: OrtFloor, entry: Callable[..., Any]) -> None:
+        self.floor = floor
+        self.entry = entry
+
+    def __call__(self, *args: Any) -> list[torch.Tensor]:
+        outputs = self.floor(*args)
+        self.entry(*args)
+        return outputs

@@ -26,6 +26,26 @@ if TYPE_CHECKING:
     from ortlab.numerics._runner import Capture
 
 
+FUSED_OPS = frozenset(
+    {
+        "Attention",
+        "BiasGelu",
+        "FastGelu",
+        "FusedMatMul",
+        "GroupQueryAttention",
+        "MultiHeadAttention",
+        "RotaryEmbedding",
+        "SkipLayerNormalization",
+        "SkipSimplifiedLayerNormalization",
+        "SimplifiedLayerNormalization",
+    }
+)
+"""ONNX Runtime's fused operators (option ``ort_fusions``): each stands for several FX
+nodes, none of whose values it computes on its own (a bias moved into a
+SkipLayerNormalization, say), so the FX nodes stamped on one are not compared to its
+output."""
+
+
 def onnx_values(
     model: onnx.ModelProto, fx_names: Sequence[str]
 ) -> tuple[dict[str, str], dict[str, list[str]]]:

@@ -126,12 +126,15 @@ class _NodeComparison:
             local_ref = None
             local_note = f"own error not isolated ({type(e).__name__})"
         value_name = self.mapping.get(node.name, "")
-        got = self.ort_values.get(value_name) if value_name else None
+        fused = any(op in _debug.FUSED_OPS for op in base["onnx_ops"])
+        got = self.ort_values.get(value_name) if value_name and not fused else None
         if isinstance(got, torch.Tensor) and isinstance(eager, torch.Tensor):
             if got.dtype != eager.dtype and got.numel() == eager.numel():
                 got = got.to(eager.dtype)  # a translation detail, not a numerical error
-            if got.shape != eager.shape and got.squeeze().shape == eager.squeeze().shape:
-                got = got.reshape(eager.shape)  # (1,) vs (): the runtime's scalar convention
+            if got.shape != eager.shape and got.numel() == eager.numel():
+                # (1,) vs (): the runtime's scalar convention; [B, S, N] vs [B*S, N]: a
+                # linear map ortlab runs over the leading dims (backend/_passes.py).
+                got = got.reshape(eager.shape)
             self.ort_env[node] = got
         else:
             self.ort_env[node] = local_ref if local_ref is not None else eager
@@ -142,6 +145,8 @@ class _NodeComparison:
             )
         if got is None:
             why = "no ONNX value carries this node" if not value_name else "not computed"
+            if fused:
+                why = "inside an ONNX Runtime fused operator: compared where it ends"
             return _records.NodeDiff(**base, onnx_value=value_name, diff=None, note=why)
         scale = self.scales(node)
         diff = _compare.compare_tensors(

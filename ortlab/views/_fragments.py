@@ -211,6 +211,9 @@ def onnx_model_info(session: records.SessionRecord) -> str:
         ("intra-op threads", _threads_text(session)),
         ("runs", session.run_count),
     ]
+    if session.fusions or session.fusion_note:
+        fused = records.fusions_text(session.fusions, session.fusion_note)
+        rows.append(("ONNX Runtime fused operators", fused))
     if session.frozen_inputs:
         rows.append(("frozen inputs", ", ".join(session.frozen_inputs)))
     if session.cuda_graph_status:

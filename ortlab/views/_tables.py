@@ -53,6 +53,7 @@ SESSION_COLUMNS = (
     "output_schema",
     "providers",
     "threads",
+    "fusions",
     "export_s",
     "session_s",
     "runs",
@@ -84,6 +85,7 @@ STEP_LABELS = {
     "guards": "Dynamo guards",
     "type_promotion": "type promotion",
     "translate": "translate",
+    "fuse": "fuse for ORT",
     "serialize": "serialize",
     "transforms": "transforms",
     "session": "session",
@@ -266,7 +268,8 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
     Columns: ``graph``, ``kind``, ``partition``, ``session`` (index in the partition),
     ``input_schema`` and ``output_schema`` (e.g. ``"float32[s77,8], float32[16]"``,
     symbolic dims by name), ``providers``, ``threads`` (ORT intra-op threads; ``None``:
-    ORT's default), ``export_s``, ``session_s`` (seconds), ``runs``,
+    ORT's default), ``fusions`` (ONNX Runtime fused operators applied, and why none
+    were where they were tried), ``export_s``, ``session_s`` (seconds), ``runs``,
     ``onnx_nodes``, ``model_bytes``, ``export_method``, ``active``.
     """
     rows = []
@@ -288,6 +291,7 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
                 ", ".join(s.output_schema),
                 ", ".join(s.providers),
                 s.threads,
+                records.fusions_text(s.fusions, s.fusion_note),
                 s.export_seconds,
                 s.session_seconds,
                 s.run_count,

@@ -22,10 +22,6 @@ from typing import Any
 from ortlab.backend import records
 from ortlab.views import _tables
 
-EXPORT_STEPS = ("type_promotion", "translate", "serialize", "transforms")
-"""Session steps shown as one "export" step in the first-call line (a session's
-``export_seconds``)."""
-
 FIRST_CALL_SHOWN = 4
 """Steps named in the first-call line; the others are summed."""
 
@@ -280,7 +276,8 @@ def first_call(obj: Any) -> FirstCall:
             totals[key] = totals.get(key, 0.0) + value
     steps: dict[str, float] = {}
     for key, value in totals.items():
-        label = "export" if key in EXPORT_STEPS else _tables.STEP_LABELS.get(key, key)
+        exported = key in records.EXPORT_STEPS
+        label = "export" if exported else _tables.STEP_LABELS.get(key, key)
         steps[label] = steps.get(label, 0.0) + value
     ordered = tuple(sorted(steps.items(), key=lambda s: -s[1]))
     return FirstCall(sum(totals.values()), tuple(chosen), runs, ordered)

@@ -1,0 +1,176 @@
+"""ONNX Runtime's fused operators in inference partitions (``ort_fusions``): where they
+apply, what the records say, and every way back to the unfused model."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import ortlab
+from ortlab import views
+from ortlab.backend import _fusions
+from ortlab.views import _fragments
+
+
+def _encoder_layer() -> nn.Module:
+    """A sequence-first encoder layer: its attention transposes the first dim of its
+    input, which onnxscript turns into a batch-transposed FusedMatMul."""
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0).eval()
+
+
+class _SeqFirstProjection(nn.Module):
+    """A linear layer on a transposed input, then a LayerNorm: onnxscript folds the
+    Transpose into a FusedMatMul's ``transBatchA``, which ONNX Runtime cannot run on a
+    rank-3 input times a matrix (``explicit_batch_transposes`` repairs it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(self.fc(x.transpose(0, 1)))
+
+
+def _run(model: nn.Module, x: torch.Tensor, **options):
+    compiled = ortlab.compile(model, **options)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    return compiled.ortlab_backend
+
+
+def _contrib_ops(session) -> set[str]:
+    return {n.op_type for n in session.model.graph.node if n.domain == "com.microsoft"}
+
+
+def test_inference_partitions_run_fused_operators_and_say_so():
+    x = torch.randn(6, 2, 32)
+    (session,) = _run(_encoder_layer(), x).sessions
+    assert session.fusions == {"skip_layer_normalization": 2} and session.fusion_note == ""
+    assert "SkipLayerNormalization" in _contrib_ops(session)
+    assert session.timings["fuse"] > 0
+    assert session.export_seconds >= session.timings["fuse"]
+    assert ("fused operators", "skip_layer_normalization ×2") in session.rows()
+    info = _fragments.onnx_model_info(session)
+    assert "ONNX Runtime fused operators" in info and "skip_layer_normalization ×2" in info
+    (row,) = views.sessions_frame(session).itertuples()
+    assert row.fusions == "skip_layer_normalization ×2"
+
+    (plain,) = _run(_encoder_layer(), x, ort_fusions=False).sessions
+    assert plain.fusions == {} and plain.fusion_note == "" and "fuse" not in plain.timings
+    assert not _contrib_ops(plain)
+
+
+def test_graphs_without_a_pattern_are_not_rewritten_unless_asked():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    (session,) = _run(model, x).sessions
+    assert session.fusions == {} and session.fusion_note == ""
+    assert "fuse" not in session.timings
+    (forced,) = _run(model, x, ort_fusions=True).sessions
+    assert forced.fusions == {} and "patterns is in the model" in forced.fusion_note
+    assert forced.timings["fuse"] > 0
+
+
+def test_training_graphs_are_never_rewritten():
+    model = _encoder_layer().train()
+    compiled = ortlab.compile(model, ort_fusions=True)
+    compiled(torch.randn(6, 2, 32)).sum().backward()
+    sessions = compiled.ortlab_backend.sessions
+    assert {g.kind for g in compiled.ortlab_backend.graphs} == {"forward", "backward"}
+    assert sessions and all(s.fusions == {} and not _contrib_ops(s) for s in sessions)
+
+
+def test_a_rewrite_that_raises_leaves_the_partition_unfused(monkeypatch):
+    def broken(model):
+        model.graph.remove(next(iter(model.graph)), safe=False)  # half done, then raise
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(_fusions, "fuse", broken)
+    (session,) = _run(_encoder_layer(), torch.randn(6, 2, 32)).sessions
+    assert session.fusions == {} and not _contrib_ops(session)
+    assert session.fusion_note == "the fusions failed (RuntimeError: planted); runs unfused"
+    assert session.timings["fuse"] > 0 and session.timings["translate"] > 0
+
+
+def test_a_fused_model_onnx_runtime_cannot_run_is_replaced_by_the_unfused_one(monkeypatch):
+    x = torch.randn(4, 3, 16)
+    (repaired,) = _run(_SeqFirstProjection().eval(), x).sessions
+    assert repaired.fusion_note == "none of the fused operators' patterns is in the model"
+    assert "FusedMatMul" in _contrib_ops(repaired)  # rewritten, and it runs
+    # Without the repair, onnxscript's batch-transposed FusedMatMul fails at run time.
+    monkeypatch.setattr(_fusions, "explicit_batch_transposes", lambda model: 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend = _run(_SeqFirstProjection().eval(), x)
+    assert not [w for w in caught if "ortlab" in str(w.message)]  # still in ORT
+    (session,) = backend.sessions
+    assert session.fusions == {} and not _contrib_ops(session)
+    assert session.fusion_note.startswith("ONNX Runtime could not run the fused model (")
+    assert "same rank" in session.fusion_note and session.fusion_note.endswith(
+        "the unfused model runs"
+    )
+    assert backend.partitions[0].error is None and session.run_count == 1
+    assert session.timings["fuse"] > 0  # the failed attempt is part of the first call
+
+
+def _batch_transposed_matmul(trans_a: int) -> ir.Model:
+    """``FusedMatMul(A[4,3,5], B[6,5], transB=1, transBatchA=1, transA=trans_a)``: what
+    onnxscript writes for ``MatMul(Transpose(A, [1, 0, 2]), B^T)``."""
+    a = ir.val("a", ir.DataType.FLOAT, ir.Shape([4, 3, 5] if not trans_a else [5, 3, 4]))
+    b = ir.val("b", ir.DataType.FLOAT, ir.Shape([6, 5]))
+    node = ir.node(
+        "FusedMatMul",
+        [a, b],
+        attributes={"transB": 1, "transBatchA": 1, "transA": trans_a},
+        domain="com.microsoft",
+    )
+    node.outputs[0].name = "y"
+    graph = ir.Graph(
+        [a, b],
+        node.outputs,
+        nodes=[node],
+        opset_imports={"": 20, "com.microsoft": 1},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def _ort_run(model: ir.Model, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    proto = ir.serde.serialize_model(model)
+    session = ort.InferenceSession(
+        proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, {"a": a, "b": b})[0]
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+def test_a_batch_transposed_matmul_onnx_runtime_refuses_gets_its_transpose_back(trans_a):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal([4, 3, 5] if not trans_a else [5, 3, 4]).astype(np.float32)
+    b = rng.standard_normal([6, 5]).astype(np.float32)
+    # What the flags mean: A's first dim moves behind the batch dims (then, with transA,
+    # its last two dims swap), B is transposed.
+    moved = a.transpose(1, 0, 2) if not trans_a else a.transpose(1, 2, 0)
+    expected = moved @ b.T
+
+    with pytest.raises(Exception, match="same rank"):
+        _ort_run(_batch_transposed_matmul(trans_a), a, b)
+    model = _batch_transposed_matmul(trans_a)
+    assert _fusions.explicit_batch_transposes(model) == 1
+    assert [n.op_type for n in model.graph] == ["Transpose", "FusedMatMul"]
+    np.testing.assert_allclose(_ort_run(model, a, b), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_transposed_matmul_onnx_runtime_can_run_is_left_alone():
+    model = _batch_transposed_matmul(0)
+    (node,) = model.graph
+    node.replace_input_with(1, ir.val("b3", ir.DataType.FLOAT, ir.Shape([3, 6, 5])))
+    assert _fusions.explicit_batch_transposes(model) == 0
