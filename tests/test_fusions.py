@@ -122,6 +122,40 @@ def test_a_fused_model_onnx_runtime_cannot_run_is_replaced_by_the_unfused_one(mo
     assert session.timings["fuse"] > 0  # the failed attempt is part of the first call
 
 
+def test_a_fused_model_that_computes_something_else_is_replaced_by_the_unfused_one(
+    monkeypatch,
+):
+    real = _fusions.fuse
+
+    def wrong_epsilon(model):  # a fusion that matched where it should not have
+        counts = real(model)
+        for node in model.graph:
+            if node.op_type == "SkipLayerNormalization":
+                node.attributes["epsilon"] = ir.AttrFloat32("epsilon", 0.5)
+        return counts
+
+    monkeypatch.setattr(_fusions, "fuse", wrong_epsilon)
+    (session,) = _run(_encoder_layer(), torch.randn(6, 2, 32)).sessions  # eager's numbers
+    assert session.fusions == {} and not _contrib_ops(session)
+    assert session.fusion_note.startswith(
+        "the fused model's outputs differ from PyTorch's (output 0: "
+    )
+    assert session.fusion_note.endswith("; the unfused model runs")
+
+
+def test_outputs_agree_within_the_checks_tolerance_and_exactly_elsewhere():
+    x = torch.randn(4, 5) * 10
+    assert _fusions.disagreement([x + 1e-4, 3, x > 0], [x, 3, x > 0]) == ""
+    assert "output 0: 20 of 20 elements beyond" in _fusions.disagreement([x + 1], [x])
+    assert _fusions.disagreement([x.T], [x]) == "output 0 is (5, 4) instead of (4, 5)"
+    assert _fusions.disagreement([x > 1], [x > 0]) == "output 0 (torch.bool) differs"
+    assert _fusions.disagreement([4], [3]) == "output 0 is 4 instead of 3"
+    assert _fusions.disagreement([x], [x, x]) == "1 outputs instead of 2"
+    nan = torch.tensor([float("nan"), 1.0])
+    assert _fusions.disagreement([nan], [nan]) == ""
+    assert "max abs error inf" in _fusions.disagreement([torch.tensor([0.0, 1.0])], [nan])
+
+
 def _batch_transposed_matmul(trans_a: int) -> ir.Model:
     """``FusedMatMul(A[4,3,5], B[6,5], transB=1, transBatchA=1, transA=trans_a)``: what
     onnxscript writes for ``MatMul(Transpose(A, [1, 0, 2]), B^T)``."""

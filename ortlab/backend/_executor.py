@@ -29,6 +29,7 @@ from ortlab import errors
 from ortlab.backend import (
     _dump,
     _export,
+    _fusions,
     _options,
     _runtime,
     _session,
@@ -87,6 +88,10 @@ class _FusedModelFailed(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__("the fused model failed")
         self.seconds = seconds
+
+
+class _FusedOutputsDiffer(Exception):
+    """A fused model computed something else than its partition on the first inputs."""
 
 
 class OrtPartitionModule:
@@ -223,18 +228,20 @@ class OrtPartitionModule:
     def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
         """A runner for these arguments' schema: the model exported (and fused, for an
         inference graph, as ``ort_fusions`` says), its session, its first runs. A fused
-        model ONNX Runtime refuses or cannot run is replaced by the unfused one."""
+        model ONNX Runtime refuses, cannot run, or whose outputs on these arguments differ
+        from the partition's in PyTorch, is replaced by the unfused one."""
         fuse = self._context.options.ort_fusions if self._allow_freeze else False
         try:
             return self._create_with(args, fuse=fuse)
         except _FusedModelFailed as failed:
             cause = failed.__cause__
-            why = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
+            if isinstance(cause, _FusedOutputsDiffer):
+                note = f"the fused model's outputs differ from PyTorch's ({cause})"
+            else:
+                why = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
+                note = f"ONNX Runtime could not run the fused model ({why.rstrip(': ')})"
             runner = self._create_with(args, fuse=False, earlier={"fuse": failed.seconds})
-            runner.record.fusion_note = (
-                f"ONNX Runtime could not run the fused model ({why.rstrip(': ')}); the "
-                "unfused model runs"
-            )
+            runner.record.fusion_note = f"{note}; the unfused model runs"
             return runner
 
     def _create_with(
@@ -318,15 +325,20 @@ class OrtPartitionModule:
                 runner, choice = _threads.choose(
                     options, providers[0][0], make_runner, run=lambda r: r.run(args)
                 )
-            if exported.fused and choice.probed_from is None:
-                runner.run(args)  # a fused model's first run, where no probe ran it
+            checked = 0.0
+            if exported.fused:
+                check_start = time.perf_counter()
+                self._check_fused(runner, args)
+                checked = time.perf_counter() - check_start
         except Exception as e:
             if not exported.fused:
                 raise
             spent = sum(exported.timings.values()) + time.perf_counter() - start
             raise _FusedModelFailed(spent) from e
-        session_seconds = time.perf_counter() - start - choice.seconds
+        session_seconds = time.perf_counter() - start - choice.seconds - checked
         timings = dict(exported.timings)
+        if checked:
+            timings["fuse"] = timings.get("fuse", 0.0) + checked
         timings["session"] = session_seconds
         if choice.probed_from is not None:
             timings["threads"] = choice.seconds
@@ -345,7 +357,7 @@ class OrtPartitionModule:
             output_value_infos=tuple(proto.graph.output),
             providers=tuple(session.get_providers()),
             export_method=exported.method,
-            export_seconds=sum(exported.timings.get(k, 0.0) for k in records.EXPORT_STEPS),
+            export_seconds=sum(timings.get(k, 0.0) for k in records.EXPORT_STEPS),
             session_seconds=session_seconds,
             model_bytes=len(model_bytes),
             timings=timings,
@@ -366,6 +378,20 @@ class OrtPartitionModule:
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
+
+    def _check_fused(self, runner: _runtime.OrtRunner, args: Sequence[Any]) -> None:
+        """Runs a model rewritten with fused operators on its first inputs and the
+        partition in PyTorch on the same ones.
+
+        Raises:
+            _FusedOutputsDiffer: the outputs disagree (see ``_fusions.disagreement``).
+        """
+        fused = runner.run(args)
+        with torch.no_grad():
+            eager = self.eager(*args)
+        why = _fusions.disagreement(fused, [eager] if self._single else list(eager))
+        if why:
+            raise _FusedOutputsDiffer(why)
 
     def _regrow(self, runner: _runtime.OrtRunner, took: float) -> None:
         """Replaces a one-thread session whose run grew long by the same session with

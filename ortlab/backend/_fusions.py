@@ -19,8 +19,10 @@
 # graph returns the activations its backward reads, which a fused operator would hide.
 #
 # A rewrite that raises leaves the partition unfused (the model is translated again), and
-# a fused model ONNX Runtime refuses, or cannot run on its first inputs, is replaced by the
-# unfused one; ``SessionRecord.fusion_note`` says so.
+# a fused model ONNX Runtime refuses, cannot run on its first inputs, or whose outputs on
+# them differ from the partition's run in PyTorch (``disagreement``: a fusion that
+# matched a pattern it should not have) is replaced by the unfused one;
+# ``SessionRecord.fusion_note`` says so. The check costs one eager run of the partition.
 #
 # One rewrite is repaired after the fact (onnxscript 0.7): a Transpose moving the first
 # dim of a MatMul's input (``nn.MultiheadAttention`` on sequence-first inputs) becomes
@@ -35,8 +37,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ortlab import _closeness
 
 if TYPE_CHECKING:
     import onnx
@@ -44,6 +48,14 @@ if TYPE_CHECKING:
 
 TRIGGER_OPS = frozenset({"Softmax", "LayerNormalization", "Pow", "Erf", "Gelu"})
 """ONNX ops the fused patterns start from; a graph without any has nothing to fuse."""
+
+CHECK_ATOL = 1e-3
+CHECK_RTOL = 1e-3
+"""How far a fused model's output may be from the partition's run in PyTorch on the same
+inputs: ``CHECK_ATOL * max(1, largest |expected|) + CHECK_RTOL * |expected|`` per element.
+Fused operators reorder float32 arithmetic (measured within 1e-6 relative on the
+corpus); a fusion applied where it does not belong (a mask, a scale, an epsilon) is off
+by far more."""
 
 _LOGGERS = ("onnxscript.optimizer", "onnxscript.rewriter")
 
@@ -82,6 +94,38 @@ def fuse(model: ir.Model) -> dict[str, int]:
     explicit_batch_transposes(model)
     applied = collections.Counter({name: n for name, n in counts.items() if n})
     return dict(applied.most_common())
+
+
+def disagreement(fused: Sequence[Any], expected: Sequence[Any]) -> str:
+    """How a fused model's outputs differ from the partition's run in PyTorch on the same
+    inputs ("" when they agree): floating-point tensors within :data:`CHECK_ATOL` /
+    :data:`CHECK_RTOL`, everything else equal."""
+    import torch
+
+    if len(fused) != len(expected):
+        return f"{len(fused)} outputs instead of {len(expected)}"
+    for index, (got, want) in enumerate(zip(fused, expected)):
+        if not isinstance(want, torch.Tensor):
+            if got != want:
+                return f"output {index} is {got!r} instead of {want!r}"
+            continue
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return f"output {index} is {shape} instead of {tuple(want.shape)}"
+        if not want.is_floating_point():
+            if not torch.equal(got.to(want.dtype), want):
+                return f"output {index} ({want.dtype}) differs"
+            continue
+        errors = _closeness.element_errors(got, want)
+        atol = CHECK_ATOL * max(1.0, errors.scale)
+        beyond = errors.beyond(atol, CHECK_RTOL)
+        if beyond:
+            worst = float(errors.error.max())
+            return (
+                f"output {index}: {beyond} of {want.numel()} elements beyond "
+                f"{CHECK_ATOL:g}/{CHECK_RTOL:g}, max abs error {worst:.3g}"
+            )
+    return ""
 
 
 def fuse_proto(

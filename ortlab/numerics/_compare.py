@@ -1,4 +1,5 @@
 """The one comparator: tolerances, and an ONNX Runtime value against its eager counterpart.
+(Its element rule lives in :mod:`ortlab._closeness`, which the backend uses too.)
 
 Everything in ortlab that says how far two results are apart comes here: ``ortlab.diff``
 (outputs, gradients, partition outputs, nodes), ``ortlab.bench``'s ``max_abs_diff``
@@ -60,7 +61,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ortlab import _harness
+from ortlab import _closeness, _harness
 from ortlab.numerics import _records
 
 # (atol, rtol) per dtype: the defaults of torch.testing.assert_close.
@@ -198,25 +199,13 @@ def compare_tensors(
             )
     dtype_ok = a.dtype == b.dtype or not isinstance(actual, torch.Tensor)
     note = "" if dtype_ok else f"dtype differs: ORT {str(a.dtype).removeprefix('torch.')}"
-    if a.is_complex() or b.is_complex():
-        a64 = torch.view_as_real(a.to(torch.complex128)).cpu()
-        b64 = torch.view_as_real(b.to(torch.complex128)).cpu()
-    else:
-        a64 = a.to(device="cpu", dtype=torch.float64)
-        b64 = b.to(device="cpu", dtype=torch.float64)
-    nan_a, nan_b = torch.isnan(a64), torch.isnan(b64)
-    inf_a, inf_b = torch.isinf(a64), torch.isinf(b64)
-    finite = ~(nan_a | nan_b | inf_a | inf_b)
-    agree_nonfinite = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
-    err = torch.where(finite, (a64 - b64).abs(), torch.zeros_like(a64))
-    err = torch.where(finite | agree_nonfinite, err, torch.full_like(err, math.inf))
-    abs_b = torch.where(finite, b64.abs(), torch.zeros_like(b64))
-    own_scale = float(abs_b.max()) if abs_b.numel() else 0.0
+    errors = _closeness.element_errors(a, b)
+    own_scale = errors.scale
     if scale is not None:
         own_scale = max(own_scale, scale)
         atol_used *= max(1.0, own_scale)
-    allowed = atol_used + rtol_used * abs_b
-    mismatched = int((err > allowed).sum())
+    allowed = errors.allowed(atol_used, rtol_used)
+    mismatched = int((errors.error > allowed).sum())
     result = _records.TensorDiff(
         name,
         shape,
@@ -226,16 +215,24 @@ def compare_tensors(
         mismatched == 0 and dtype_ok,
         mismatched=mismatched,
         numel=b.numel(),
-        nan_eager=int(nan_b.sum()),
-        nan_ort=int(nan_a.sum()),
-        inf_eager=int(inf_b.sum()),
-        inf_ort=int(inf_a.sum()),
+        nan_eager=int(errors.nan_expected.sum()),
+        nan_ort=int(errors.nan_actual.sum()),
+        inf_eager=int(errors.inf_expected.sum()),
+        inf_ort=int(errors.inf_actual.sum()),
         exact=exact,
         scale=own_scale,
         note=note,
     )
     if result.numel:
-        _fill_statistics(result, err, allowed, finite, a64, b64, keep_samples=keep_samples)
+        _fill_statistics(
+            result,
+            errors.error,
+            allowed,
+            errors.finite,
+            errors.actual,
+            errors.expected,
+            keep_samples=keep_samples,
+        )
     return result
 
 

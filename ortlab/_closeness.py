@@ -1,0 +1,68 @@
+"""How far one tensor is from another, element by element: the rule every comparison in
+ortlab applies, the numerics lab's comparator (:mod:`ortlab.numerics._compare`, which
+documents the rules) and the backend's check of a model it rewrote for ONNX Runtime's
+fused operators.
+
+- Errors are computed in float64 (complex values as pairs of reals).
+- A NaN matching a NaN, and an infinity matching the same infinity, are equal (error 0);
+  a NaN or infinity on one side only is an infinite error.
+- An element is within tolerance when ``|actual - expected| <= atol + rtol * |expected|``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementErrors:
+    """``actual`` against ``expected``, element by element (same shape)."""
+
+    actual: torch.Tensor
+    """``actual`` in float64 on the CPU."""
+    expected: torch.Tensor
+    """``expected`` in float64 on the CPU."""
+    error: torch.Tensor
+    """``|actual - expected|``; 0 where both are the same NaN or infinity, ``inf`` where
+    only one side is non-finite."""
+    magnitude: torch.Tensor
+    """``|expected|`` where both sides are finite, else 0."""
+    finite: torch.Tensor
+    """Both sides finite."""
+    nan_actual: torch.Tensor
+    nan_expected: torch.Tensor
+    inf_actual: torch.Tensor
+    inf_expected: torch.Tensor
+
+    @property
+    def scale(self) -> float:
+        """The largest finite magnitude of ``expected`` (0 when empty)."""
+        return float(self.magnitude.max()) if self.magnitude.numel() else 0.0
+
+    def allowed(self, atol: float, rtol: float) -> torch.Tensor:
+        """The error allowed at each element: ``atol + rtol * |expected|``."""
+        return atol + rtol * self.magnitude
+
+    def beyond(self, atol: float, rtol: float) -> int:
+        """How many elements are beyond the tolerance."""
+        return int((self.error > self.allowed(atol, rtol)).sum())
+
+
+def element_errors(actual: torch.Tensor, expected: torch.Tensor) -> ElementErrors:
+    """The element errors of two tensors of the same shape (see the module docstring)."""
+    if actual.is_complex() or expected.is_complex():
+        a64 = torch.view_as_real(actual.to(torch.complex128)).cpu()
+        b64 = torch.view_as_real(expected.to(torch.complex128)).cpu()
+    else:
+        a64 = actual.to(device="cpu", dtype=torch.float64)
+        b64 = expected.to(device="cpu", dtype=torch.float64)
+    nan_a, nan_b = torch.isnan(a64), torch.isnan(b64)
+    inf_a, inf_b = torch.isinf(a64), torch.isinf(b64)
+    finite = ~(nan_a | nan_b | inf_a | inf_b)
+    agree_nonfinite = (nan_a & nan_b) | (inf_a & inf_b & (a64 == b64))
+    err = torch.where(finite, (a64 - b64).abs(), torch.zeros_like(a64))
+    err = torch.where(finite | agree_nonfinite, err, torch.full_like(err, float("inf")))
+    magnitude = torch.where(finite, b64.abs(), torch.zeros_like(b64))
+    return ElementErrors(a64, b64, err, magnitude, finite, nan_a, nan_b, inf_a, inf_b)
