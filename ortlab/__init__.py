@@ -4,7 +4,7 @@ Quick start::
 
     import torch, ortlab
     backend = ortlab.OrtBackend()
-    compiled = torch.compile(model, backend=backend, dynamic=True)
+    compiled = torch.compile(model, backend=backend)
     compiled(x)
     backend.graphs            # what was captured, partitioned, exported and run
 """

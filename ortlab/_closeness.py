@@ -15,6 +15,25 @@ import dataclasses
 
 import torch
 
+# (atol, rtol) per dtype: the defaults of torch.testing.assert_close.
+_DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-5, 1e-3),
+    torch.bfloat16: (1e-5, 1.6e-2),
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-5, 1e-3),
+    torch.complex64: (1e-5, 1.3e-6),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``(atol, rtol)`` that ``torch.testing.assert_close`` uses for ``dtype``.
+
+    Integer and bool dtypes get ``(0.0, 0.0)``: they are compared exactly.
+    """
+    return _DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+
 
 @dataclasses.dataclass(frozen=True)
 class ElementErrors:

@@ -13,7 +13,24 @@ __all__ = [
     "SessionError",
     "CompileError",
     "MissingDependencyError",
+    "describe",
+    "first_line",
 ]
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of a message, stripped ("" for a blank one)."""
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def describe(error: BaseException) -> str:
+    """``"TypeError: its first line"`` — how records, warnings and tables name an error
+    in one line (just the type for an empty message)."""
+    line = first_line(str(error))
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 class OrtlabError(Exception):

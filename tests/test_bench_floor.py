@@ -167,6 +167,8 @@ def test_the_floor_behind_dynamo_row_returns_the_floors_outputs_and_its_first_ca
     result = ortlab.bench(model, x, backends=("eager", "ort", "ort+dynamo"), **FAST)
     row = result.row("ort+dynamo")
     assert row["error"] == "" and row["max_abs_diff"] <= 1e-5
-    assert set(result.first_call_steps["ort+dynamo"]) == {"export", "session", "first_run"}
+    steps = result.first_call_steps["ort+dynamo"]
+    assert set(steps) == {"export", "session", "dynamo", "first_run"} and steps["dynamo"] > 0
+    assert sum(steps.values()) == pytest.approx(result.row("ort+dynamo")["first_call_s"])
     trained = ortlab.bench(model, x, backends=("eager", "ort+dynamo"), training=True, **FAST)
     assert '"ort+dynamo" floor runs inference only' in trained.row("ort+dynamo")["error"]

@@ -14,7 +14,7 @@ from torch import nn
 
 import ortlab
 from ortlab import views
-from ortlab.backend import _fusions
+from ortlab.backend import _fusions, _runtime
 from ortlab.views import _fragments
 
 
@@ -141,6 +141,53 @@ def test_a_fused_model_that_computes_something_else_is_replaced_by_the_unfused_o
         "the fused model's outputs differ from PyTorch's (output 0: "
     )
     assert session.fusion_note.endswith("; the unfused model runs")
+
+
+def test_a_fused_model_that_fails_on_a_later_size_gives_way_to_the_unfused_one(monkeypatch):
+    model = _encoder_layer()
+    compiled = ortlab.compile(model, dynamic=True)
+    with torch.no_grad():
+        compiled(torch.randn(6, 2, 32))
+    (fused,) = compiled.ortlab_backend.sessions
+    assert fused.fusions
+    run = _runtime.OrtRunner.run
+
+    def fails_when_fused(self, args):
+        if self.fused:
+            raise RuntimeError("planted: this size breaks the fused kernel")
+        return run(self, args)
+
+    monkeypatch.setattr(_runtime.OrtRunner, "run", fails_when_fused)
+    x = torch.randn(9, 2, 32)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    assert not [w for w in caught if "ortlab" in str(w.message)]
+    partition = compiled.ortlab_backend.partitions[0]
+    assert partition.error is None and partition.eager_run_count == 0
+    old, new = partition.sessions
+    assert not old.active and old.run_count == 1 and old.fusions
+    assert new.active and new.run_count == 1 and new.fusions == {}
+    assert new.fusion_note == (
+        "ONNX Runtime could not run the fused model (RuntimeError: planted: this size "
+        "breaks the fused kernel); the unfused model runs (from run 2 on, in place of "
+        "session 0)"
+    )
+
+
+def test_a_models_own_transforms_are_not_checked_against_pytorch():
+    def wider_epsilon(model):
+        for node in model.graph.node:
+            if node.op_type == "SkipLayerNormalization":
+                for attr in node.attribute:
+                    if attr.name == "epsilon":
+                        attr.f = 0.5
+
+    compiled = ortlab.compile(_encoder_layer(), pre_ort_model_transforms=[wider_epsilon])
+    with torch.no_grad():
+        compiled(torch.randn(6, 2, 32))
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.fusions and session.fusion_note == ""  # the user's model, as asked
 
 
 def test_outputs_agree_within_the_checks_tolerance_and_exactly_elsewhere():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ MAGIC_OPTIONS = (
     "--infer",
     "--train",
     "--static",
+    "--dynamic",
     "--fullgraph",
     "--ep",
     "--no-aot",
@@ -135,6 +137,25 @@ def test_options_reach_the_backend_and_torch_compile(shell):
     assert all("s" not in t.split("[")[1] for t in session.input_schema), session.input_schema
 
 
+@pytest.mark.parametrize(
+    ("flag", "symbolic"),
+    [
+        ("", (False, True)),  # torch.compile's default: static, then symbolic on a change
+        ("--static ", (False, False)),  # one static graph per shape
+        ("--dynamic ", (True,)),  # symbolic from the first call: one session for both
+    ],
+)
+def test_shape_flags_choose_torch_compiles_dynamic(shell, flag, symbolic):
+    line = f"with torch.no_grad():\n    r = %ortcompile {flag}--no-diff mlp(x.clone())"
+    assert run(shell, line).success
+    r = shell.user_ns["r"]
+    x = shell.user_ns["x"]
+    with torch.no_grad():
+        r.compiled(torch.randn(x.shape[0] + 3, *x.shape[1:]))
+    schemas = [", ".join(s.input_schema) for s in r.backend.sessions]
+    assert tuple(re.search(r"\[s\d+", t) is not None for t in schemas) == symbolic, schemas
+
+
 def test_tolerance_and_bench_options_show_in_the_verdict(shell):
     assert run(
         shell, "r = %ortcompile --atol 1e-4 --rtol 1e-4 --bench 3 --no-diff mlp(x)"
@@ -225,6 +246,7 @@ def test_cell_magic_runs_the_setup_and_compiles_the_last_expression(shell):
         ("%%ortcompile\nz = 1\n", "last line must be the call"),
         ("%%ortcompile mlp(x)\nmlp(x)\n", "takes only options"),
         ("%ortcompile --infer --train mlp(x)", "--infer and --train exclude each other"),
+        ("%ortcompile --static --dynamic mlp(x)", "--static and --dynamic exclude each"),
         ("%ortcompile --option bogus=1 mlp(x)", "Unknown ortlab option(s) 'bogus'. Valid"),
         (
             "%ortcompile --option min_partition_size=0 mlp(x)",

@@ -205,5 +205,8 @@ def test_a_planted_normalisation_is_blamed_not_the_linear_layers_before_it(fusio
     linears = [n for n in report.failing_partitions[0].nodes if n.node.startswith("addmm")]
     assert linears and not any(n.diverged for n in linears)
     if fusions is None:
-        fused = [n for n in linears if "FusedMatMul" in n.onnx_ops]
-        assert fused and all(n.diff is None and "fused operator" in n.note for n in fused)
+        # The second linear layer's FusedMatMul lost its bias to the normalisation: its
+        # output is no FX node's value, so that node is not compared on its own.
+        inside = [n for n in linears if "fused operator" in n.note]
+        assert [n.onnx_ops for n in inside] == [("FusedMatMul",)]
+        assert inside[0].diff is None

@@ -103,18 +103,13 @@ class _Origin:
         return timings
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 class OrtBackend:
     """A torch.compile backend that runs ONNX-exportable subgraphs in ONNX Runtime.
 
     Use an instance as the backend to keep access to its records::
 
         backend = OrtBackend(OrtBackendOptions(...))
-        compiled = torch.compile(model, backend=backend, dynamic=True)
+        compiled = torch.compile(model, backend=backend)
         compiled(x)
         backend.graphs, backend.partitions, backend.execution_count
 
@@ -178,7 +173,7 @@ class OrtBackend:
                 graph_module,
                 kind="inference",
                 origin=origin,
-                error=f"lowering to ATen failed: {_first_line(e)}",
+                error=f"lowering to ATen failed: {errors.describe(e)}",
                 exc=e,
             )
             return _time_until_first_call(eager.forward, self.graphs[-1])
@@ -481,7 +476,7 @@ class OrtBackend:
                 graph_module,
                 kind=kind,
                 origin=origin,
-                error=f"partitioning the {kind} graph failed: {_first_line(e)}",
+                error=f"partitioning the {kind} graph failed: {errors.describe(e)}",
                 exc=e,
                 lowering="aot_autograd",
             ).forward
@@ -509,7 +504,7 @@ class OrtBackend:
             if not self._options.use_aot_autograd:
                 raise
             origin.fallback = (
-                f"the make_fx lowering failed ({_first_line(e)}); lowered through "
+                f"the make_fx lowering failed ({errors.describe(e)}); lowered through "
                 "AOTAutograd instead"
             )
             # Not warned when AOTAutograd makes Dynamo re-trace the frame (a float
@@ -569,7 +564,7 @@ class OrtBackend:
     def _raise_if_strict(self, step: str, error: Exception) -> None:
         if self._options.strict:
             raise errors.CompileError(
-                f"ortlab (strict=True): {step} failed: {_first_line(error)}. Without "
+                f"ortlab (strict=True): {step} failed: {errors.describe(error)}. Without "
                 "strict=True this graph would run in PyTorch, with the error on its "
                 "GraphRecord."
             ) from error
@@ -592,7 +587,8 @@ class OrtBackend:
         self._warned_static = True
         warnings.warn(
             "ortlab: dynamic_shapes=True but Dynamo captured this graph with static shapes, "
-            "so its ONNX models have fixed dims. Pass dynamic=True to torch.compile.",
+            "so its ONNX models have fixed dims. Pass dynamic=True to torch.compile (or "
+            "ortlab.compile) for symbolic dims from the first call.",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -90,10 +90,6 @@ class _FusedModelFailed(Exception):
         self.seconds = seconds
 
 
-class _FusedOutputsDiffer(Exception):
-    """A fused model computed something else than its partition on the first inputs."""
-
-
 class OrtPartitionModule:
     """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
 
@@ -141,15 +137,23 @@ class OrtPartitionModule:
             if runner is None:
                 self.record.eager_run_count += 1
                 return self.eager(*args)
-        session_record = runner.record
         start = time.perf_counter()
         try:
-            outputs = runner.run(args)
+            try:
+                outputs = runner.run(args)
+            except Exception as e:
+                if not runner.fused:
+                    raise
+                # A symbolic fused model can fail on sizes it was not checked at.
+                runner = self._unfused_instead(runner, args, e)
+                start = time.perf_counter()
+                outputs = runner.run(args)
         except Exception as e:
             self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}", e)
             self.record.eager_run_count += 1
             return self.eager(*args)
         took = time.perf_counter() - start
+        session_record = runner.record
         if session_record.run_count == 0:
             session_record.timings["first_run"] = took
         if runner.regrow is not None and took >= _threads.REGROW_AFTER_SECONDS:
@@ -234,14 +238,9 @@ class OrtPartitionModule:
         try:
             return self._create_with(args, fuse=fuse)
         except _FusedModelFailed as failed:
-            cause = failed.__cause__
-            if isinstance(cause, _FusedOutputsDiffer):
-                note = f"the fused model's outputs differ from PyTorch's ({cause})"
-            else:
-                why = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
-                note = f"ONNX Runtime could not run the fused model ({why.rstrip(': ')})"
             runner = self._create_with(args, fuse=False, earlier={"fuse": failed.seconds})
-            runner.record.fusion_note = f"{note}; the unfused model runs"
+            assert failed.__cause__ is not None
+            runner.record.fusion_note = _fusions.fallback_note(failed.__cause__)
             return runner
 
     def _create_with(
@@ -326,7 +325,8 @@ class OrtPartitionModule:
                     options, providers[0][0], make_runner, run=lambda r: r.run(args)
                 )
             checked = 0.0
-            if exported.fused:
+            # pre_ort_model_transforms change the model on purpose: nothing to check.
+            if exported.fused and not options.pre_ort_model_transforms:
                 check_start = time.perf_counter()
                 self._check_fused(runner, args)
                 checked = time.perf_counter() - check_start
@@ -373,25 +373,47 @@ class OrtPartitionModule:
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.
         runner.keep_last_inputs = self._allow_freeze
+        runner.fused = exported.fused
         record.sessions.append(session_record)
         context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
 
+    def _unfused_instead(
+        self, runner: _runtime.OrtRunner, args: Sequence[Any], error: Exception
+    ) -> _runtime.OrtRunner:
+        """The unfused model's runner for these arguments, in place of ``runner``, a fused
+        model ONNX Runtime could not run on them (its record says so, and stays)."""
+        runs = runner.record.run_count
+        runner.record.active = False
+        self._runners = [r for r in self._runners if r is not runner]
+        replacement = self._create_with(args, fuse=False)
+        replacement.record.fusion_note = (
+            f"{_fusions.fallback_note(error)} (from run {runs + 1} on, in place of "
+            f"session {runner.record.index})"
+        )
+        self._runners.append(replacement)
+        self._last = replacement
+        return replacement
+
     def _check_fused(self, runner: _runtime.OrtRunner, args: Sequence[Any]) -> None:
         """Runs a model rewritten with fused operators on its first inputs and the
         partition in PyTorch on the same ones.
 
         Raises:
-            _FusedOutputsDiffer: the outputs disagree (see ``_fusions.disagreement``).
+            FusedOutputsDiffer: the outputs disagree (see ``_fusions.disagreement``).
         """
         fused = runner.run(args)
-        with torch.no_grad():
-            eager = self.eager(*args)
+        try:
+            with torch.no_grad():
+                eager = self.eager(*args)
+        except Exception:  # nothing to check against: not the fused model's fault
+            logger.debug("no eager run to check %s against", self.record.name, exc_info=True)
+            return
         why = _fusions.disagreement(fused, [eager] if self._single else list(eager))
         if why:
-            raise _FusedOutputsDiffer(why)
+            raise _fusions.FusedOutputsDiffer(why)
 
     def _regrow(self, runner: _runtime.OrtRunner, took: float) -> None:
         """Replaces a one-thread session whose run grew long by the same session with

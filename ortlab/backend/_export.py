@@ -238,8 +238,7 @@ def _translate_direct(
                 timings=unfused,
             )
             add_timings(timings, unfused)
-            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
-            return proto, False, {}, f"the fusions failed ({why.rstrip(': ')}); runs unfused"
+            return proto, False, {}, f"the fusions failed ({errors.describe(e)}); runs unfused"
         timings["fuse"] = time.perf_counter() - start
         if not fusions:
             note = "none of the fused operators' patterns is in the model"

@@ -40,7 +40,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ortlab import _closeness
+from ortlab import _closeness, errors
 
 if TYPE_CHECKING:
     import onnx
@@ -52,8 +52,9 @@ TRIGGER_OPS = frozenset({"Softmax", "LayerNormalization", "Pow", "Erf", "Gelu"})
 CHECK_ATOL = 1e-3
 CHECK_RTOL = 1e-3
 """How far a fused model's output may be from the partition's run in PyTorch on the same
-inputs: ``CHECK_ATOL * max(1, largest |expected|) + CHECK_RTOL * |expected|`` per element.
-Fused operators reorder float32 arithmetic (measured within 1e-6 relative on the
+inputs: ``atol * max(1, largest |expected|) + rtol * |expected|`` per element, with these
+or ten times the dtype's ``assert_close`` defaults, whichever is larger (float16: rtol
+1e-2). Fused operators reorder float32 arithmetic (measured within 1e-6 relative on the
 corpus); a fusion applied where it does not belong (a mask, a scale, an epsilon) is off
 by far more."""
 
@@ -96,6 +97,20 @@ def fuse(model: ir.Model) -> dict[str, int]:
     return dict(applied.most_common())
 
 
+class FusedOutputsDiffer(Exception):
+    """A fused model computed something else than the graph it was made from (the
+    message: :func:`disagreement`)."""
+
+
+def fallback_note(error: BaseException) -> str:
+    """``SessionRecord.fusion_note`` of a fused model given up for ``error``."""
+    if isinstance(error, FusedOutputsDiffer):
+        why = f"the fused model's outputs differ from PyTorch's ({error})"
+    else:
+        why = f"ONNX Runtime could not run the fused model ({errors.describe(error)})"
+    return f"{why}; the unfused model runs"
+
+
 def disagreement(fused: Sequence[Any], expected: Sequence[Any]) -> str:
     """How a fused model's outputs differ from the partition's run in PyTorch on the same
     inputs ("" when they agree): floating-point tensors within :data:`CHECK_ATOL` /
@@ -116,14 +131,15 @@ def disagreement(fused: Sequence[Any], expected: Sequence[Any]) -> str:
             if not torch.equal(got.to(want.dtype), want):
                 return f"output {index} ({want.dtype}) differs"
             continue
-        errors = _closeness.element_errors(got, want)
-        atol = CHECK_ATOL * max(1.0, errors.scale)
-        beyond = errors.beyond(atol, CHECK_RTOL)
+        element = _closeness.element_errors(got, want)
+        default_atol, default_rtol = _closeness.default_tolerance(want.dtype)
+        atol, rtol = max(CHECK_ATOL, 10 * default_atol), max(CHECK_RTOL, 10 * default_rtol)
+        beyond = element.beyond(atol * max(1.0, element.scale), rtol)
         if beyond:
-            worst = float(errors.error.max())
+            worst = float(element.error.max())
             return (
                 f"output {index}: {beyond} of {want.numel()} elements beyond "
-                f"{CHECK_ATOL:g}/{CHECK_RTOL:g}, max abs error {worst:.3g}"
+                f"{atol:g}/{rtol:g}, max abs error {worst:.3g}"
             )
     return ""
 

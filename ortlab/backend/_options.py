@@ -134,11 +134,13 @@ class OrtBackendOptions:
     requires grad (inference only)."""
 
     dynamic_shapes: bool | None = None
-    """``None``: keep exactly the symbolic dims Dynamo produced (``torch.compile(dynamic=
-    ...)`` decides) — one ONNX model serves a whole batch sweep. ``False``: export each
-    partition with the concrete shapes of the call (one session per input shape).
-    ``True``: require symbolic dims; a graph Dynamo captured with static shapes is still
-    run, with one warning saying to pass ``dynamic=True`` to ``torch.compile``."""
+    """``None``: keep exactly the dims Dynamo produced (``torch.compile(dynamic=...)``
+    decides: by default static for the first shapes, symbolic for the sizes that changed
+    once; with ``dynamic=True`` one ONNX model serves a whole batch sweep). ``False``:
+    export each partition with the concrete shapes of the call (one session per input
+    shape). ``True``: require symbolic dims; a graph Dynamo captured with static shapes
+    is still run, with one warning saying to pass ``dynamic=True`` to ``torch.compile``
+    (or ``ortlab.compile``)."""
 
     ort_session_options: onnxruntime.SessionOptions | None = None
     """``onnxruntime.SessionOptions`` used for every session, as given (their thread
@@ -156,7 +158,10 @@ class OrtBackendOptions:
 
     pre_ort_model_transforms: Sequence[Callable[[onnx.ModelProto], None]] | None = None
     """Callables applied in order to each exported ``onnx.ModelProto`` (in place) before
-    ONNX Runtime sees it. A transform that raises makes that partition run in PyTorch."""
+    ONNX Runtime sees it: the model after ONNX Runtime's fused operators (``ort_fusions``;
+    turn those off to edit the unfused graph), which is then not checked against PyTorch
+    (the transforms change it on purpose). A transform that raises makes that partition
+    run in PyTorch."""
 
     dump_path: str | None = None
     """Prefix ``P``: the n-th exported model is written to ``P{n}.onnx`` and its FX graph to
@@ -185,8 +190,10 @@ class OrtBackendOptions:
     first op (a Softmax, a normalisation, a GELU), where it measured 5-25% faster per call
     on the corpus's transformers, for 0.1-0.3 s more per session at its first call;
     ``True``: in every inference partition; ``False``: never. Training graphs are never
-    rewritten. A fused model that ONNX Runtime refuses or cannot run is replaced by the
-    unfused one; ``SessionRecord.fusions`` and ``fusion_note`` say what happened."""
+    rewritten. A fused model's outputs on its first inputs are checked against the
+    partition run in PyTorch; one that differs, or that ONNX Runtime refuses or cannot
+    run (then or on later inputs), is replaced by the unfused one.
+    ``SessionRecord.fusions`` and ``fusion_note`` say what happened."""
 
     opset_version: int | None = None
     """ONNX opset the partitions are exported with. ``None``: the exporter's default (that

@@ -233,6 +233,9 @@ class OrtRunner:
         self.keep_last_inputs = False
         """Keep the tensors of the last run's ONNX inputs in ``last_inputs`` (inference
         partitions: what ``SessionRecord.save`` writes)."""
+        self.fused = False
+        """The model was rewritten with ONNX Runtime's fused operators (set by the
+        partition, which replaces it by the unfused model if a run fails)."""
         self.regrow: Callable[[], OrtRunner] | None = None
         """Set on a session given one thread for its short first runs: makes the same
         session with more threads, for when its runs grow long (larger inputs)."""

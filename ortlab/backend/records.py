@@ -14,7 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ortlab import _html
+from ortlab import _html, errors
 
 if TYPE_CHECKING:
     import onnx
@@ -32,7 +32,9 @@ after ortlab returns the graph (guards, the frame's new bytecode, AOTAutograd's 
 wrappers), until the graph first runs."""
 EXPORT_STEPS = ("type_promotion", "translate", "fuse", "serialize", "transforms")
 """The session steps that make its ONNX model (``SessionRecord.export_seconds``).
-``fuse``: rewriting it with ONNX Runtime's fused operators (``ort_fusions``)."""
+``fuse``: rewriting it with ONNX Runtime's fused operators (``ort_fusions``) and checking
+the fused model's first outputs against PyTorch (and, when a fused model was given up,
+that attempt's session and runs)."""
 SESSION_STEPS = (*EXPORT_STEPS, "session", "threads", "first_run")
 """``threads``: timing the session against a one-thread twin and creating the twin (only
 for short runs with ``intra_op_threads="auto"``)."""
@@ -46,6 +48,17 @@ FOLDED_FX_NODES_KEY = "ortlab.folded_fx_nodes"
 were folded into this one (a weight ``Transpose`` absorbed by ``Gemm``'s ``transB``)."""
 
 _FX_NODE_NAME = re.compile(r"\s*%([^\s:]+)")
+
+
+FUSED_OPERATOR_DOMAIN = "com.microsoft"
+"""The domain of ONNX Runtime's fused (contrib) operators: the only ones ortlab's models
+use outside ONNX's own (option ``ort_fusions``)."""
+
+
+def is_fused_operator(node: onnx.NodeProto) -> bool:
+    """Whether an ONNX node is one of ONNX Runtime's fused operators: it stands for
+    several FX nodes, whose provenance it may carry (the first, or the last)."""
+    return node.domain == FUSED_OPERATOR_DOMAIN
 
 
 def fusions_text(fusions: dict[str, int], note: str = "") -> str:
@@ -396,7 +409,7 @@ class GraphRecord:
         else:
             text = f"first compile{of}"
         if self.graph_break:
-            first = self.graph_break.strip().splitlines()[0] if self.graph_break else ""
+            first = errors.first_line(self.graph_break)
             where = f" at {self.graph_break_source}" if self.graph_break_source else ""
             text += f"; ends at a graph break{where}: {first}"
         return text

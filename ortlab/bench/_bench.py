@@ -231,8 +231,7 @@ def _start(
         run.first_call_steps = first_call_steps(call, ortlab_backend, run.first_call_s)
     except Exception as e:  # one backend's failure is a row, never a crash
         logger.debug("bench: backend %r failed", run.backend, exc_info=True)
-        text = str(e).strip()
-        run.error = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+        run.error = errors.describe(e)
         return None
     return step
 
@@ -242,19 +241,20 @@ def first_call_steps(
 ) -> dict[str, float]:
     """Where a backend's first call went, in seconds per step: the ortlab backend's
     compile steps (``OrtBackend.compile_timings``, those that took time), or the floor's
-    export, session creation and first run; empty for other backends.
+    export, session creation (and for ``"ort+dynamo"`` Dynamo's trace of the no-op entry)
+    and first run; empty for other backends.
     """
     if ortlab_backend is not None:
         return {k: v for k, v in ortlab_backend.compile_timings().items() if v > 0}
-    floor = call.floor if isinstance(call, _floor.FloorBehindDynamo) else call
-    if isinstance(floor, _floor.OrtFloor):
-        built = floor.export_seconds + floor.session_seconds
-        return {
-            "export": floor.export_seconds,
-            "session": floor.session_seconds,
-            "first_run": max(0.0, first_call_s - built),
-        }
-    return {}
+    behind = call if isinstance(call, _floor.FloorBehindDynamo) else None
+    floor = behind.floor if behind is not None else call
+    if not isinstance(floor, _floor.OrtFloor):
+        return {}
+    steps = {"export": floor.export_seconds, "session": floor.session_seconds}
+    if behind is not None and behind.entry_first_seconds is not None:
+        steps["dynamo"] = behind.entry_first_seconds
+    steps["first_run"] = max(0.0, first_call_s - sum(steps.values()))
+    return steps
 
 
 def result_of(

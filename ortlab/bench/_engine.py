@@ -147,8 +147,7 @@ class Measurement:
 
 
 def _fail(measurement: Measurement, error: Exception) -> None:
-    text = str(error).strip()
-    measurement.error = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    measurement.error = errors.describe(error)
     measurement.samples = []
 
 

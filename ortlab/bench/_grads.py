@@ -280,11 +280,6 @@ def _step(side: _Side, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, t
     return out.detach(), grads
 
 
-def _error_text(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 def _compiled(backend: str, module: torch.nn.Module, name: str) -> tuple[Any, Any]:
     if backend == "ortlab":
         compiled = ortlab.backend.compile(module)
@@ -329,7 +324,7 @@ def check_gradients(
         module64 = copy.deepcopy(model).train().double()
         fp64 = _Side("fp64", module64, module64, tuple(_as_double(a) for a in args))
     except Exception as e:  # a model that cannot be cast: judged against eager only
-        report.fp64_error = _error_text(e)
+        report.fp64_error = errors.describe(e)
     sides: dict[str, _Side] = {}
     records_of: dict[str, Any] = {}
     for b in backends:
@@ -338,7 +333,7 @@ def check_gradients(
         try:
             call, ortlab_backend = _compiled(b, module, spec.name)
         except Exception as e:
-            report.checks[b].error = _error_text(e)
+            report.checks[b].error = errors.describe(e)
             continue
         sides[b] = _Side(b, module, call, args, ortlab_backend)
         if ortlab_backend is not None:
@@ -348,28 +343,28 @@ def check_gradients(
         with torch.no_grad():  # the eval model, for the shape of the loss weights only
             weights = loss_weights(_harness.tensor_leaves(model(*args))[0])
     except Exception as e:
-        report.eager_error = _error_text(e)
+        report.eager_error = errors.describe(e)
         return report
     with _torch_private.dynamo_config_patch(dict(spec.dynamo_config)):
         for step in range(steps):
             try:
                 out, g_eager = _step(eager, weights)
             except Exception as e:
-                report.eager_error = _error_text(e)
+                report.eager_error = errors.describe(e)
                 return report
             g64: dict[str, torch.Tensor] | None = None
             if fp64 is not None:
                 try:
                     _, g64 = _step(fp64, weights)
                 except Exception as e:
-                    report.fp64_error, fp64 = _error_text(e), None
+                    report.fp64_error, fp64 = errors.describe(e), None
             eager64 = param_errors(g_eager, g64) if g64 is not None else None
             for b, side in list(sides.items()):
                 check = report.checks[b]
                 try:
                     got, grads = _step(side, weights)
                 except Exception as e:
-                    check.error = _error_text(e)
+                    check.error = errors.describe(e)
                     del sides[b]
                     continue
                 diffs = _compare.compare_outputs(got, out, atol=spec.atol, rtol=spec.rtol)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import ortlab.backend
-from ortlab import zoo
+from ortlab import errors, zoo
 from ortlab.backend import _torch_private
 from ortlab.bench import _backends, _bench, _format, _machine, _plots, _result
 
@@ -133,9 +133,7 @@ def bench_zoo_model(
         model, inputs = entry.build(), entry.example_inputs(batch)
     except Exception as e:
         # e.g. tiny_llama without transformers: every backend row carries the reason.
-        text = str(e).strip()
-        error = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
-        runs = _bench.failed_runs(backends, error)
+        runs = _bench.failed_runs(backends, errors.describe(e))
         return _bench.result_of(runs, machine=_machine.machine_facts(), settings={}, name=name)
     with _torch_private.dynamo_config_patch(dict(entry.dynamo_config)):
         result = _bench.bench(

@@ -35,10 +35,10 @@ plots of a report are in :mod:`ortlab.views.numerics`.
 
 from __future__ import annotations
 
+from ortlab._closeness import default_tolerance
 from ortlab.numerics._compare import (
     compare_outputs,
     compare_tensors,
-    default_tolerance,
     max_abs_error,
 )
 from ortlab.numerics._diff import diff, diff_compiled

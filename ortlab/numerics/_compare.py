@@ -64,17 +64,6 @@ import torch
 from ortlab import _closeness, _harness
 from ortlab.numerics import _records
 
-# (atol, rtol) per dtype: the defaults of torch.testing.assert_close.
-_DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float16: (1e-5, 1e-3),
-    torch.bfloat16: (1e-5, 1.6e-2),
-    torch.float32: (1e-5, 1.3e-6),
-    torch.float64: (1e-7, 1e-7),
-    torch.complex32: (1e-5, 1e-3),
-    torch.complex64: (1e-5, 1.3e-6),
-    torch.complex128: (1e-7, 1e-7),
-}
-
 FLOAT64_FACTOR = 2.0
 """A result is as close to float64 as eager's when its error is at most this times eager's."""
 
@@ -89,14 +78,6 @@ SAMPLE_SIZE = 20_000
 Tolerance = float | Mapping[str, float] | None
 """One number for every tensor, ``{tensor name: number}`` (others: dtype defaults), or
 ``None`` (dtype defaults)."""
-
-
-def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """``(atol, rtol)`` that ``torch.testing.assert_close`` uses for ``dtype``.
-
-    Integer and bool dtypes get ``(0.0, 0.0)``: they are compared exactly.
-    """
-    return _DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
 
 
 def tolerance_for(value: Tolerance, name: str) -> float | None:
@@ -177,7 +158,7 @@ def compare_tensors(
     )
     atol_used, rtol_used = 0.0, 0.0
     if not exact:
-        d_atol, d_rtol = default_tolerance(b.dtype)
+        d_atol, d_rtol = _closeness.default_tolerance(b.dtype)
         atol_used = d_atol if atol is None else float(atol)
         rtol_used = d_rtol if rtol is None else float(rtol)
     if a.shape != b.shape:

@@ -26,50 +26,40 @@ if TYPE_CHECKING:
     from ortlab.numerics._runner import Capture
 
 
-FUSED_OPS = frozenset(
-    {
-        "Attention",
-        "BiasGelu",
-        "FastGelu",
-        "FusedMatMul",
-        "GroupQueryAttention",
-        "MultiHeadAttention",
-        "RotaryEmbedding",
-        "SkipLayerNormalization",
-        "SkipSimplifiedLayerNormalization",
-        "SimplifiedLayerNormalization",
-    }
-)
-"""ONNX Runtime's fused operators (option ``ort_fusions``): each stands for several FX
-nodes, none of whose values it computes on its own (a bias moved into a
-SkipLayerNormalization, say), so the FX nodes stamped on one are not compared to its
-output."""
-
-
 def onnx_values(
     model: onnx.ModelProto, fx_names: Sequence[str]
-) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """FX node name -> ONNX value name, and FX node name -> stamped ONNX op types.
+) -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
+    """FX node name -> ONNX value name, FX node name -> stamped ONNX op types, and the FX
+    nodes stamped on an ONNX Runtime fused operator.
 
     The exporter names the value an FX node becomes after the node; when it did not, the
-    last ONNX node stamped with the FX node produces it.
+    last ONNX node stamped with the FX node produces it — unless that node is a fused
+    operator (:func:`ortlab.backend.records.is_fused_operator`): it stands for several FX
+    nodes and its output is none of theirs (a linear layer's FusedMatMul whose bias went
+    into the SkipLayerNormalization after it). A fused operator that kept an FX node's
+    name on its output (BiasGelu's ``gelu``, SkipLayerNormalization's ``getitem``)
+    computes that node's value, and is compared as it.
     """
     produced: set[str] = set()
     last_stamped: dict[str, onnx.NodeProto] = {}
     ops: dict[str, list[str]] = {}
+    fused: set[str] = set()
     for node in model.graph.node:
         produced.update(o for o in node.output if o)
         fx = records.fx_node_of(node)
         if fx is not None:
             last_stamped[fx] = node
             ops.setdefault(fx, []).append(node.op_type)
+            if records.is_fused_operator(node):
+                fused.add(fx)
     mapping: dict[str, str] = {}
     for name in fx_names:
+        stamped = last_stamped.get(name)
         if name in produced:
             mapping[name] = name
-        elif name in last_stamped and last_stamped[name].output:
-            mapping[name] = last_stamped[name].output[0]
-    return mapping, ops
+        elif stamped is not None and stamped.output and not records.is_fused_operator(stamped):
+            mapping[name] = stamped.output[0]
+    return mapping, ops, fused
 
 
 def _debug_model(model: onnx.ModelProto, values: Sequence[str]) -> onnx.ModelProto:

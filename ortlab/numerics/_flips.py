@@ -242,7 +242,7 @@ def _fetch(
     notes: list[str],
 ) -> None:
     """Adds ONNX Runtime's values of ``names`` to ``values.ort`` from a debug model run."""
-    mapping, _ = _debug.onnx_values(capture.session.model, sorted(names))
+    mapping, _, _ = _debug.onnx_values(capture.session.model, sorted(names))
     if not mapping:
         return
     try:

@@ -48,7 +48,7 @@ def _compare_nodes(
     record = capture.partition
     nodes = [n for n in record.graph_module.graph.nodes if n.op != "output"]
     names = [n.name for n in nodes if n.op != "placeholder"]
-    mapping, ops = _debug.onnx_values(capture.session.model, names)
+    mapping, ops, fused = _debug.onnx_values(capture.session.model, names)
     ort_values: dict[str, torch.Tensor] = {}
     try:
         ort_values, note = _debug.run_debug_model(
@@ -66,7 +66,7 @@ def _compare_nodes(
     for node, value in zip(placeholders, capture.inputs):
         ort_env[node] = frozen.get(node.name, _runner.clone_value(value))
     compare = _NodeComparison(
-        record, eager_env, ort_env, scales, mapping, ops, ort_values, frozen, atol, rtol
+        record, eager_env, ort_env, scales, mapping, ops, fused, ort_values, frozen, atol, rtol
     )
     with torch.no_grad():
         found = [compare(node, position) for position, node in enumerate(nodes)]
@@ -85,6 +85,8 @@ class _NodeComparison:
     mapping: Mapping[str, str]
     """FX node name -> ONNX value name."""
     ops: Mapping[str, Sequence[str]]
+    fused: Collection[str]
+    """FX nodes stamped on an ONNX Runtime fused operator."""
     ort_values: Mapping[str, torch.Tensor]
     """ONNX value name -> what the debug model computed."""
     frozen: Mapping[str, Any]
@@ -126,8 +128,7 @@ class _NodeComparison:
             local_ref = None
             local_note = f"own error not isolated ({type(e).__name__})"
         value_name = self.mapping.get(node.name, "")
-        fused = any(op in _debug.FUSED_OPS for op in base["onnx_ops"])
-        got = self.ort_values.get(value_name) if value_name and not fused else None
+        got = self.ort_values.get(value_name) if value_name else None
         if isinstance(got, torch.Tensor) and isinstance(eager, torch.Tensor):
             if got.dtype != eager.dtype and got.numel() == eager.numel():
                 got = got.to(eager.dtype)  # a translation detail, not a numerical error
@@ -145,7 +146,7 @@ class _NodeComparison:
             )
         if got is None:
             why = "no ONNX value carries this node" if not value_name else "not computed"
-            if fused:
+            if not value_name and node.name in self.fused:
                 why = "inside an ONNX Runtime fused operator: compared where it ends"
             return _records.NodeDiff(**base, onnx_value=value_name, diff=None, note=why)
         scale = self.scales(node)
