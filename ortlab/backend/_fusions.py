@@ -58,13 +58,15 @@ or ten times the dtype's ``assert_close`` defaults, whichever is larger (float16
 corpus); a fusion applied where it does not belong (a mask, a scale, an epsilon) is off
 by far more."""
 
-_LOGGERS = ("onnxscript.optimizer", "onnxscript.rewriter")
+_LOGGERS = ("onnxscript.optimizer", "onnxscript.rewriter", "onnx_ir.passes")
+"""Loggers whose notes on a rewrite are not the user's concern: constants left unfolded,
+patterns tried, and ONNX's shape inference giving up on a contrib op ("Shape inference
+failed ... Model is left unchanged", with a traceback)."""
 
 
 @contextlib.contextmanager
 def quiet_onnxscript() -> Iterator[None]:
-    """Keeps onnxscript's optimizer and rewriter notes (constants it leaves unfolded:
-    "Evaluation failed: ...", patterns it tried) out of the user's output."""
+    """Keeps the rewrite's notes (:data:`_LOGGERS`) out of the user's output."""
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
