@@ -26,3 +26,40 @@ def _reset_dynamo_and_backends():
 def backend():
     """A fresh OrtBackend with default options."""
     return ortlab.OrtBackend()
+
+
+@pytest.fixture
+def fusion_timing(monkeypatch):
+    """``fusion_timing(fused_ms, unfused_ms)`` makes the fused-vs-unfused comparison
+    (``_fusions.compare_speed``) see those run times on a fake clock; both models still
+    run. Returns the calls' notes."""
+    from ortlab.backend import _fusions
+
+    real = _fusions.compare_speed
+    notes: list[str] = []
+
+    def rig(fused_ms: float, unfused_ms: float) -> list[str]:
+        def compare(run_fused, make_unfused, fusions, **_):
+            now = [0.0]
+
+            def fused():
+                run_fused()
+                now[0] += fused_ms / 1e3
+
+            def make():
+                run = make_unfused()
+
+                def unfused():
+                    run()
+                    now[0] += unfused_ms / 1e3
+
+                return unfused
+
+            keep, note = real(fused, make, fusions, clock=lambda: now[0])
+            notes.append(note)
+            return keep, note
+
+        monkeypatch.setattr(_fusions, "compare_speed", compare)
+        return notes
+
+    return rig

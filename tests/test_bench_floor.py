@@ -151,6 +151,39 @@ def test_floor_is_fused_as_ortlab_partitions_are_unless_told_not_to():
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
+class _ResidualNorm(torch.nn.Module):
+    """A residual add before a LayerNorm: one SkipLayerNormalization, fused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.fc, self.norm = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(x + self.fc(x))
+
+
+def test_floor_keeps_the_unfused_model_where_it_is_faster(fusion_timing):
+    x = torch.randn(2, 5, 8)
+    notes = fusion_timing(fused_ms=0.1, unfused_ms=0.2)
+    fused = _floor.OrtFloor(_ResidualNorm().eval(), (x,))
+    fusion_timing(fused_ms=0.2, unfused_ms=0.1)
+    unfused = _floor.OrtFloor(_ResidualNorm().eval(), (x,))
+    assert fused.fusions and fused.fusion_note == notes[0]
+    assert unfused.fusions == {} and unfused.fusion_note == notes[1]
+    assert notes[1].endswith("(median of 5 runs each); the unfused model runs")
+    contrib = [
+        {n.op_type for n in floor.model.graph.node if n.domain == "com.microsoft"}
+        for floor in (fused, unfused)
+    ]
+    assert contrib == [{"SkipLayerNormalization"}, set()]
+    with torch.no_grad():
+        expected = _ResidualNorm().eval()(x)
+    for floor in (fused, unfused):
+        torch.testing.assert_close(floor(x)[0], expected, atol=1e-5, rtol=1e-5)
+
+
 def test_dynamo_entry_runs_nothing_after_its_first_call():
     def model(x):
         return x * 2

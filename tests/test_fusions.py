@@ -51,18 +51,23 @@ def _contrib_ops(session) -> set[str]:
     return {n.op_type for n in session.model.graph.node if n.domain == "com.microsoft"}
 
 
-def test_inference_partitions_run_fused_operators_and_say_so():
+def test_inference_partitions_run_fused_operators_and_say_so(fusion_timing):
     x = torch.randn(6, 2, 32)
+    fusion_timing(fused_ms=0.1, unfused_ms=0.2)
     (session,) = _run(_encoder_layer(), x).sessions
-    assert session.fusions == {"skip_layer_normalization": 2} and session.fusion_note == ""
+    assert session.fusions == {"skip_layer_normalization": 2}
+    assert session.fusion_note == (
+        "0.100 ms fused vs 0.200 ms unfused (median of 5 runs each)"
+    )
     assert "SkipLayerNormalization" in _contrib_ops(session)
     assert session.timings["fuse"] > 0
     assert session.export_seconds >= session.timings["fuse"]
-    assert ("fused operators", "skip_layer_normalization ×2") in session.rows()
+    medians = "0.100 ms fused vs 0.200 ms unfused (median of 5 runs each)"
+    assert ("fused operators", f"skip_layer_normalization ×2; {medians}") in session.rows()
     info = _fragments.onnx_model_info(session)
     assert "ONNX Runtime fused operators" in info and "skip_layer_normalization ×2" in info
     (row,) = views.sessions_frame(session).itertuples()
-    assert row.fusions == "skip_layer_normalization ×2"
+    assert row.fusions == f"skip_layer_normalization ×2; {medians}"
 
     (plain,) = _run(_encoder_layer(), x, ort_fusions=False).sessions
     assert plain.fusions == {} and plain.fusion_note == "" and "fuse" not in plain.timings
@@ -103,7 +108,7 @@ def test_a_rewrite_that_raises_leaves_the_partition_unfused(monkeypatch):
 
 def test_a_fused_model_onnx_runtime_cannot_run_is_replaced_by_the_unfused_one(monkeypatch):
     x = torch.randn(4, 3, 16)
-    (repaired,) = _run(_SeqFirstProjection().eval(), x).sessions
+    (repaired,) = _run(_SeqFirstProjection().eval(), x, ort_fusions=True).sessions
     assert repaired.fusion_note == "none of the fused operators' patterns is in the model"
     assert "FusedMatMul" in _contrib_ops(repaired)  # rewritten, and it runs
     # Without the repair, onnxscript's batch-transposed FusedMatMul fails at run time.
@@ -145,7 +150,7 @@ def test_a_fused_model_that_computes_something_else_is_replaced_by_the_unfused_o
 
 def test_a_fused_model_that_fails_on_a_later_size_gives_way_to_the_unfused_one(monkeypatch):
     model = _encoder_layer()
-    compiled = ortlab.compile(model, dynamic=True)
+    compiled = ortlab.compile(model, dynamic=True, ort_fusions=True)
     with torch.no_grad():
         compiled(torch.randn(6, 2, 32))
     (fused,) = compiled.ortlab_backend.sessions
@@ -172,6 +177,67 @@ def test_a_fused_model_that_fails_on_a_later_size_gives_way_to_the_unfused_one(m
         "ONNX Runtime could not run the fused model (RuntimeError: planted: this size "
         "breaks the fused kernel); the unfused model runs (from run 2 on, in place of "
         "session 0)"
+    )
+
+
+def test_the_unfused_model_runs_where_it_is_faster(fusion_timing, monkeypatch):
+    notes = fusion_timing(fused_ms=0.3, unfused_ms=0.2)
+    x = torch.randn(6, 2, 32)
+    model = _encoder_layer()
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(x)
+    (session,) = compiled.ortlab_backend.sessions
+    assert notes == [session.fusion_note]
+    assert session.fusion_note == (
+        "slower fused (skip_layer_normalization ×2): 0.300 ms fused vs 0.200 ms unfused "
+        "(median of 5 runs each); the unfused model runs"
+    )
+    assert session.fusions == {} and not _contrib_ops(session)  # the model that runs
+    assert session.timings["fuse"] > 0
+    run, fused = _runtime.OrtRunner.run, []
+
+    def run_and_tell(self, args):
+        fused.append(self.fused)
+        return run(self, args)
+
+    monkeypatch.setattr(_runtime.OrtRunner, "run", run_and_tell)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    assert fused == [False] and session.run_count == 2
+    # Asked for, the fused model runs without being timed.
+    (forced,) = _run(_encoder_layer(), x, ort_fusions=True).sessions
+    assert len(notes) == 1 and forced.fusions and forced.fusion_note == ""
+
+
+def test_fused_and_unfused_models_are_timed_alike_and_long_runs_are_not_compared():
+    now, order = [0.0], []
+
+    def runs(name, ms):
+        def run():
+            order.append(name)
+            now[0] += ms / 1e3
+
+        return run
+
+    clock = lambda: now[0]  # noqa: E731
+    keep, note = _fusions.compare_speed(
+        runs("fused", 0.2), lambda: runs("unfused", 0.2), {"attention": 1}, clock=clock
+    )
+    assert keep and note == "0.200 ms fused vs 0.200 ms unfused (median of 5 runs each)"
+    # One fused run to size it, the unfused model's first run, then alternating.
+    assert order == ["fused", "unfused"] + ["fused", "unfused"] * _fusions.COMPARE_RUNS
+    keep, note = _fusions.compare_speed(
+        runs("fused", 0.3), lambda: runs("unfused", 0.2), {}, clock=clock
+    )
+    assert not keep and note.startswith("slower rewritten: 0.300 ms fused vs 0.200 ms")
+
+    def never_made():
+        raise AssertionError("the unfused model is not made for a long run")
+
+    keep, note = _fusions.compare_speed(runs("fused", 60), never_made, {}, clock=clock)
+    assert keep and note == (
+        "fused without timing the unfused model: a run takes 60.0 ms (compared under 50 ms)"
     )
 
 

@@ -305,11 +305,13 @@ class OrtPartitionModule:
             guaranteed=not static,
         )
 
-        def make_runner(threads: int | None) -> _runtime.OrtRunner:
+        def make_runner(
+            threads: int | None, data: bytes = model_bytes, model: onnx.ModelProto = proto
+        ) -> _runtime.OrtRunner:
             made = _session.create_session(
-                model_bytes, providers, options.ort_session_options, threads
+                data, providers, options.ort_session_options, threads
             )
-            return _runtime.OrtRunner(made, proto, **runner_kwargs)
+            return _runtime.OrtRunner(made, model, **runner_kwargs)
 
         start = time.perf_counter()
         try:
@@ -335,6 +337,23 @@ class OrtPartitionModule:
                 raise
             spent = sum(exported.timings.values()) + time.perf_counter() - start
             raise _FusedModelFailed(spent) from e
+        fused, fusions, fusion_note = (
+            exported.fused,
+            dict(exported.fusions),
+            exported.fusion_note,
+        )
+        if exported.unfused is not None and graphed is None:
+            compare_start = time.perf_counter()
+            unfused = self._faster_unfused(runner, exported, choice.threads, make_runner, args)
+            checked += time.perf_counter() - compare_start
+            if isinstance(unfused, str):
+                fusion_note = "; ".join(n for n in (fusion_note, unfused) if n)
+            else:
+                runner, model_bytes, compared = unfused
+                fusion_note = "; ".join(n for n in (fusion_note, compared) if n)
+                proto = exported.unfused
+                fused, fusions = False, {}
+                dump_files += context.dumper.dump(model_bytes, self.eager, options.dump_path)
         session_seconds = time.perf_counter() - start - choice.seconds - checked
         timings = dict(exported.timings)
         if checked:
@@ -343,8 +362,8 @@ class OrtPartitionModule:
         if choice.probed_from is not None:
             timings["threads"] = choice.seconds
             if choice.threads == 1:
-                several = choice.probed_from
-                runner.regrow = lambda: make_runner(several)
+                several, data, model = choice.probed_from, model_bytes, proto
+                runner.regrow = lambda: make_runner(several, data, model)
         session = runner.session
         placeholders = record.input_names
         session_record = records.SessionRecord(
@@ -367,13 +386,13 @@ class OrtPartitionModule:
             cuda_graph_note=graph_note,
             threads=choice.threads,
             threads_note=choice.note,
-            fusions=dict(exported.fusions),
-            fusion_note=exported.fusion_note,
+            fusions=fusions,
+            fusion_note=fusion_note,
         )
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.
         runner.keep_last_inputs = self._allow_freeze
-        runner.fused = exported.fused
+        runner.fused = fused
         record.sessions.append(session_record)
         context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record
@@ -396,6 +415,35 @@ class OrtPartitionModule:
         self._runners.append(replacement)
         self._last = replacement
         return replacement
+
+    @staticmethod
+    def _faster_unfused(
+        runner: _runtime.OrtRunner,
+        exported: _export.ExportedModel,
+        threads: int | None,
+        make_runner: Callable[[int | None, bytes, onnx.ModelProto], _runtime.OrtRunner],
+        args: Sequence[Any],
+    ) -> tuple[_runtime.OrtRunner, bytes, str] | str:
+        """Times the fused ``runner`` against the model before its rewrite (same
+        threads) on the first arguments: the unfused runner, its model's bytes and why,
+        when it is faster; else the fused one's note (``_fusions.compare_speed``)."""
+        unfused = exported.unfused
+        assert unfused is not None
+        made: list[tuple[_runtime.OrtRunner, bytes]] = []
+
+        def make_unfused() -> Callable[[], object]:
+            data = unfused.SerializeToString()
+            made.append((make_runner(threads, data, unfused), data))
+            return lambda: made[0][0].run(args)
+
+        try:
+            keep, note = _fusions.compare_speed(
+                lambda: runner.run(args), make_unfused, exported.fusions
+            )
+        except Exception as e:  # the fused model works and was checked: keep it
+            logger.debug("the unfused model failed", exc_info=True)
+            return f"fused (the unfused model to time it against failed: {errors.describe(e)})"
+        return note if keep else (made[0][0], made[0][1], note)
 
     def _check_fused(self, runner: _runtime.OrtRunner, args: Sequence[Any]) -> None:
         """Runs a model rewritten with fused operators on its first inputs and the

@@ -50,6 +50,9 @@ class ExportedModel:
     fusion_note: str = ""
     """Why fusions that were tried are not in the model ("" when they are, or when they
     were not tried)."""
+    unfused: onnx.ModelProto | None = None
+    """With ``fuse=None``, a fused model's state before the rewrite (the model the
+    fused one is timed against); ``None`` otherwise."""
 
 
 def add_timings(into: dict[str, float], more: Mapping[str, float]) -> None:
@@ -186,9 +189,10 @@ def _translate_direct(
     registry: Any,
     fuse: bool | None,
     timings: dict[str, float],
-) -> tuple[onnx.ModelProto, bool, dict[str, int], str]:
-    """The model, whether it was rewritten for fusions, the fusions applied and why none
-    were (see :class:`ExportedModel`).
+) -> tuple[onnx.ModelProto, bool, dict[str, int], str, onnx.ModelProto | None]:
+    """The model, whether it was rewritten for fusions, the fusions applied, why none
+    were, and (``fuse=None``, fused) the model before the rewrite (see
+    :class:`ExportedModel`).
 
     ``fuse``: ``None`` where the graph has a pattern's first op, ``True`` always,
     ``False`` never. A fusion that raises is reported in the note and the partition
@@ -219,15 +223,18 @@ def _translate_direct(
 
     fusions: dict[str, int] = {}
     note = ""
+    unfused_proto = None
     fused = bool(fuse or (fuse is None and _fusions.has_patterns(model)))
     if fused:
         start = time.perf_counter()
+        if fuse is None:
+            unfused_proto = ir.serde.serialize_model(model)
         try:
             fusions = _fusions.fuse(model)
         except Exception as e:
             timings["fuse"] = time.perf_counter() - start
             unfused: dict[str, float] = {}
-            proto, _, _, _ = _translate_direct(
+            proto, _, _, _, _ = _translate_direct(
                 gm,
                 name=name,
                 static_args=static_args,
@@ -238,7 +245,8 @@ def _translate_direct(
                 timings=unfused,
             )
             add_timings(timings, unfused)
-            return proto, False, {}, f"the fusions failed ({errors.describe(e)}); runs unfused"
+            note = f"the fusions failed ({errors.describe(e)}); runs unfused"
+            return proto, False, {}, note, None
         timings["fuse"] = time.perf_counter() - start
         if not fusions:
             note = "none of the fused operators' patterns is in the model"
@@ -246,7 +254,7 @@ def _translate_direct(
     start = time.perf_counter()
     proto = ir.serde.serialize_model(model)
     timings["serialize"] = time.perf_counter() - start
-    return proto, fused, fusions, note
+    return proto, fused, fusions, note, unfused_proto
 
 
 def _export_retrace(
@@ -317,8 +325,9 @@ def export_partition(
         custom_translations: ``(op, onnxscript function)`` pairs, for the re-tracing
             fallback (the direct translation finds them in ``registry``).
         fuse: Rewrite the model with ONNX Runtime's fused operators: ``None`` where it
-            has a pattern's first op, ``True`` always, ``False`` never (the re-tracing
-            fallback never does).
+            has a pattern's first op, keeping the model as it was before (to be timed
+            against the fused one) unless ``transforms`` are given; ``True`` always,
+            ``False`` never (the re-tracing fallback never does).
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -331,9 +340,10 @@ def export_partition(
     fused = False
     fusions: dict[str, int] = {}
     fusion_note = ""
+    unfused = None
     if _torch_private.DIRECT_TRANSLATION_ERROR is None:
         try:
-            proto, fused, fusions, fusion_note = _translate_direct(
+            proto, fused, fusions, fusion_note, unfused = _translate_direct(
                 gm,
                 name=name,
                 static_args=args if static else None,
@@ -377,4 +387,6 @@ def export_partition(
         fused=fused,
         fusions=fusions,
         fusion_note=fusion_note,
+        # Transforms change the model on purpose; they are applied to one model only.
+        unfused=None if transforms else unfused,
     )

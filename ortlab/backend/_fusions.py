@@ -24,6 +24,13 @@
 # matched a pattern it should not have) is replaced by the unfused one;
 # ``SessionRecord.fusion_note`` says so. The check costs one eager run of the partition.
 #
+# Fused is not always faster: MobileViT's and Swin's attention over many short windows
+# ran 12% and 18% slower as MultiHeadAttention than unfused (one run, per call at batch
+# 2), while every other corpus transformer gained 0-20%. So by default (``ort_fusions``
+# None) the unfused model is kept beside the fused one and both are timed on the first
+# inputs (``compare_speed``, as the threads probe times one thread against several);
+# the faster runs. ``ort_fusions=True`` keeps the fused model without timing.
+#
 # One rewrite is repaired after the fact (onnxscript 0.7): a Transpose moving the first
 # dim of a MatMul's input (``nn.MultiheadAttention`` on sequence-first inputs) becomes
 # ``transBatchA``/``transBatchB`` of a ``FusedMatMul`` even when the other input has
@@ -37,7 +44,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _closeness, errors
@@ -57,6 +66,14 @@ or ten times the dtype's ``assert_close`` defaults, whichever is larger (float16
 1e-2). Fused operators reorder float32 arithmetic (measured within 1e-6 relative on the
 corpus); a fusion applied where it does not belong (a mask, a scale, an epsilon) is off
 by far more."""
+
+COMPARE_RUNS = 5
+"""Timed runs of each model when the fused and unfused models are compared (after a
+first run of the unfused one, its allocations), alternating so that a change of load
+hits both alike."""
+COMPARE_BELOW_SECONDS = 50e-3
+"""A fused model whose run takes this long or longer is kept without timing the unfused
+one (a comparison costs ``2 * COMPARE_RUNS`` runs)."""
 
 _LOGGERS = ("onnxscript.optimizer", "onnxscript.rewriter", "onnx_ir.passes")
 """Loggers whose notes on a rewrite are not the user's concern: constants left unfolded,
@@ -144,6 +161,53 @@ def disagreement(fused: Sequence[Any], expected: Sequence[Any]) -> str:
                 f"{atol:g}/{rtol:g}, max abs error {worst:.3g}"
             )
     return ""
+
+
+def compare_speed(
+    run_fused: Callable[[], object],
+    make_unfused: Callable[[], Callable[[], object]],
+    fusions: dict[str, int],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[bool, str]:
+    """Times a fused model against the unfused one on the same inputs; returns whether to
+    keep the fused one (ties keep it) and why, with the medians.
+
+    Args:
+        run_fused: Runs the fused model once (it has run before).
+        make_unfused: Makes the unfused model's session (only when the fused run is
+            short enough to compare) and returns what runs it once.
+        fusions: The fusions applied, for the note.
+        clock: Seconds (a fake one in tests).
+    """
+    start = clock()
+    run_fused()
+    once = clock() - start
+    if once >= COMPARE_BELOW_SECONDS:
+        return True, (
+            f"fused without timing the unfused model: a run takes {once * 1e3:.1f} ms "
+            f"(compared under {COMPARE_BELOW_SECONDS * 1e3:g} ms)"
+        )
+    run_unfused = make_unfused()
+    run_unfused()
+    fused_times, unfused_times = [], []
+    for _ in range(COMPARE_RUNS):
+        start = clock()
+        run_fused()
+        fused_times.append(clock() - start)
+        start = clock()
+        run_unfused()
+        unfused_times.append(clock() - start)
+    fused, unfused = statistics.median(fused_times), statistics.median(unfused_times)
+    medians = (
+        f"{fused * 1e3:.3f} ms fused vs {unfused * 1e3:.3f} ms unfused (median of "
+        f"{COMPARE_RUNS} runs each)"
+    )
+    if unfused < fused:
+        tried = ", ".join(f"{name} ×{count}" for name, count in fusions.items())
+        what = f"slower fused ({tried})" if tried else "slower rewritten"
+        return False, f"{what}: {medians}; the unfused model runs"
+    return True, medians
 
 
 def fuse_proto(

@@ -188,9 +188,11 @@ class OrtBackendOptions:
     and RMS normalisation with the residual add before it, bias + GELU, rotary embeddings:
     onnxscript's ``ort_fusions``). ``None``: in partitions whose graph holds a pattern's
     first op (a Softmax, a normalisation, a GELU), where it measured 5-25% faster per call
-    on the corpus's transformers, for 0.1-0.3 s more per session at its first call;
-    ``True``: in every inference partition; ``False``: never. Training graphs are never
-    rewritten. A fused model's outputs on its first inputs are checked against the
+    on the corpus's transformers, for 0.1-0.5 s more per session at its first call; the
+    fused and unfused models are then timed on the first inputs and the faster runs
+    (attention over many short windows, as in MobileViT and Swin, ran 12-18% slower
+    fused). ``True``: fused in every inference partition, without timing; ``False``:
+    never. Training graphs are never rewritten. A fused model's outputs on its first inputs are checked against the
     partition run in PyTorch; one that differs, or that ONNX Runtime refuses or cannot
     run (then or on later inputs), is replaced by the unfused one.
     ``SessionRecord.fusions`` and ``fusion_note`` say what happened."""

@@ -189,8 +189,10 @@ class SessionRecord:
     """ONNX Runtime fused operators the model was rewritten with, by fusion
     (``{"skip_layer_normalization": 4, "attention": 2}``; option ``ort_fusions``)."""
     fusion_note: str = ""
-    """Why the model has no fusions where they were tried ("none of its patterns", or the
-    error that made it fall back to the unfused model)."""
+    """How the fused and unfused models compared on the first inputs ("0.080 ms fused vs
+    0.091 ms unfused ..."; the unfused one runs when faster), or why the model has no
+    fusions where they were tried ("none of its patterns", the error that made it fall
+    back to the unfused model)."""
     last_inputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
     """The ONNX inputs of the last run, in the model's input order (inference graphs
     only: a training graph's would keep its saved activations alive)."""

@@ -24,7 +24,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -32,6 +32,9 @@ import torch.fx
 import ortlab.backend
 from ortlab import _harness, errors
 from ortlab.backend import _fusions, _torch_private
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class _AsModule(torch.nn.Module):
@@ -74,8 +77,10 @@ class OrtFloor:
         export_seconds: ``torch.onnx.export`` of the whole model, and its fusions.
         session_seconds: Creating its session (and choosing its threads).
         fusions: ONNX Runtime fusions applied to the model, by name.
-        fusion_note: Why none were where they were tried (or why the fused model was
-            given up).
+        fusion_note: How the fused and unfused models compared (the faster runs), or
+            why no fusions were applied where they were tried (or why the fused model
+            was given up).
+        model: The ONNX model the floor runs.
 
     Raises:
         ExportError: the model does not export, or its inputs are not the call's.
@@ -123,7 +128,40 @@ class OrtFloor:
             self.session = ortlab.backend.create_session(
                 exported, like=flat, options=resolved, choose_threads=True
             )
+            model = exported
+        else:
+            if model is not exported and resolved.ort_fusions is None:
+                if not self._fused_is_faster(exported, flat, resolved):
+                    model = exported
+        self.model = model
         self.session_seconds = time.perf_counter() - start
+
+    def _fused_is_faster(
+        self,
+        unfused: onnx.ModelProto,
+        flat: list[Any],
+        options: ortlab.backend.OrtBackendOptions,
+    ) -> bool:
+        """Times the fused session against the unfused model, as the backend times a
+        fused partition (``_fusions.compare_speed``), and keeps the faster."""
+        made: list[Any] = []
+
+        def make_unfused() -> Callable[[], object]:
+            made.append(
+                ortlab.backend.create_session(
+                    unfused, like=flat, options=options, choose_threads=True
+                )
+            )
+            return lambda: made[0].run(flat)
+
+        fused = self.session
+        keep, note = _fusions.compare_speed(
+            lambda: fused.run(flat), make_unfused, self.fusions
+        )
+        self.fusion_note = "; ".join(n for n in (self.fusion_note, note) if n)
+        if not keep:
+            self.session, self.fusions = made[0], {}
+        return keep
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         return self.session.run(_inputs(args))
