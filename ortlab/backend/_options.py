@@ -192,9 +192,10 @@ class OrtBackendOptions:
     fused and unfused models are then timed on the first inputs and the faster runs
     (attention over many short windows, as in MobileViT and Swin, ran 12-18% slower
     fused). ``True``: fused in every inference partition, without timing; ``False``:
-    never. Training graphs are never rewritten. A fused model's outputs on its first inputs are checked against the
-    partition run in PyTorch; one that differs, or that ONNX Runtime refuses or cannot
-    run (then or on later inputs), is replaced by the unfused one.
+    never. Training graphs are never rewritten. A fused model's outputs on its first
+    inputs are checked against the partition run in PyTorch; one that differs, or that
+    ONNX Runtime refuses or cannot run (then or on later inputs), is replaced by the
+    unfused one.
     ``SessionRecord.fusions`` and ``fusion_note`` say what happened."""
 
     opset_version: int | None = None
