@@ -106,6 +106,39 @@ def test_a_rewrite_that_raises_leaves_the_partition_unfused(monkeypatch):
     assert session.timings["fuse"] > 0 and session.timings["translate"] > 0
 
 
+def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeypatch):
+    # onnxscript's rotary-embedding rewrite renames initializers; the IR shares the
+    # proto's tensors, so without a copy the caller's unfused model (the floor's
+    # fallback) lost the name its nodes read: ONNX Runtime refused it.
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [value("x", TensorProto.FLOAT, [2, 2])],
+        [value("y", TensorProto.FLOAT, [2, 2])],
+        [weight],
+    )
+    proto = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10
+    )
+    before = proto.SerializeToString()
+
+    def renaming(model):
+        model.graph.initializers["w"].name = "renamed"
+        return {"rename": 1}
+
+    monkeypatch.setattr(_fusions, "fuse", renaming)
+    fused, counts, _ = _fusions.fuse_proto(proto, True)
+    assert counts == {"rename": 1}
+    assert [i.name for i in fused.graph.initializer] == ["renamed"]
+    assert proto.SerializeToString() == before
+    ort.InferenceSession(proto.SerializeToString())  # still a valid model
+
+
 def test_a_fused_model_onnx_runtime_cannot_run_is_replaced_by_the_unfused_one(monkeypatch):
     x = torch.randn(4, 3, 16)
     (repaired,) = _run(_SeqFirstProjection().eval(), x, ort_fusions=True).sessions

@@ -215,13 +215,19 @@ def fuse_proto(
 ) -> tuple[onnx.ModelProto, dict[str, int], str]:
     """A whole model rewritten as an inference partition would be with ``option``
     (``OrtBackendOptions.ort_fusions``): the model, the fusions applied, and why none
-    were where they were tried. A rewrite that raises returns ``proto`` unchanged, with
-    the error in the note."""
+    were where they were tried. ``proto`` itself is never changed; a rewrite that raises
+    returns it, with the error in the note."""
+    import onnx
     import onnx_ir as ir
 
     if option is False:
         return proto, {}, ""
-    model = ir.serde.deserialize_model(proto)
+    # The IR shares the proto's tensors: a rewrite that renames an initializer (Llama's
+    # rotary embedding does) would rename it in ``proto`` too, and ``proto`` is the
+    # unfused model the caller falls back to.
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    model = ir.serde.deserialize_model(copy)
     if option is None and not has_patterns(model):
         return proto, {}, ""
     try:
