@@ -7,10 +7,12 @@ outputs. The few steps they share are here, once, with one rule each:
 - :func:`unwrap_compiled`: a ``torch.compile``-d module or function is replaced by what
   was compiled (compiling a compiled callable would nest compilers: "eager" would not be
   eager);
-- :func:`fresh_entry`: a function with a code object of its own around a callable.
-  Dynamo caches compiled code per code object: several compilations of one ``forward``
-  (one per backend, per sweep configuration, per magic call) would pile their cache
-  entries onto it and hit the recompile limit, after which Dynamo silently runs eager;
+- :func:`fresh_entry`: a function with a code object (and name) of its own around a
+  callable. Dynamo caches compiled code per code object: several compilations of one
+  ``forward`` (one per backend, per sweep configuration, per magic call) would pile
+  their cache entries onto it and hit the recompile limit, after which Dynamo silently
+  runs eager; and it remembers the sizes a frame saw per code name, so entries of one
+  name would make each other's sizes symbolic;
 - :func:`named_leaves` / :func:`tensor_leaves`: the values of a nested output, in order
   (``"output[0]['logits']"``), whatever the nesting (tuples, lists, dicts, registered
   output classes such as ``transformers``' ``ModelOutput``);
@@ -20,6 +22,7 @@ outputs. The few steps they share are here, once, with one rule each:
 
 from __future__ import annotations
 
+import itertools
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -40,11 +43,18 @@ def unwrap_compiled(fn: Any) -> Any:
 def fresh_entry(
     target: Callable[..., Any], *, name: str, kwargs: Mapping[str, Any] | None = None
 ) -> Callable[..., Any]:
-    """A function calling ``target(*args, **kwargs)`` whose code object is brand new.
+    """A function calling ``target(*args, **kwargs)`` whose code object is brand new, and
+    whose name is too: ``name`` and a number (``"ortlab_diff_call_3"``).
+
+    Dynamo keeps the sizes each frame has seen ("automatic dynamic shapes") per file,
+    first line and name of its code, not per code object: entries of one name would
+    share them, and the second model benchmarked or diffed in a process would be
+    compiled with symbolic sizes because the first had other ones.
 
     Args:
         target: What the function calls.
-        name: The function's (and its code object's) name, shown in Dynamo's logs.
+        name: The start of the function's (and its code object's) name, shown in
+            Dynamo's logs.
         kwargs: Keyword arguments bound for every call.
     """
     bound = dict(kwargs or {})
@@ -52,8 +62,12 @@ def fresh_entry(
     def call(*args: Any) -> Any:
         return target(*args, **bound)
 
-    code = call.__code__.replace(co_name=name)
-    return types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+    unique = f"{name}_{next(_ENTRY_NUMBERS)}"
+    code = call.__code__.replace(co_name=unique, co_qualname=unique)
+    return types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
+
+
+_ENTRY_NUMBERS = itertools.count(1)
 
 
 def named_leaves(value: Any, root: str = "output") -> list[tuple[str, Any]]:

@@ -34,8 +34,24 @@ def test_fresh_entry_has_a_code_object_of_its_own_and_binds_keyword_arguments():
     first = _harness.fresh_entry(scaled, name="call_a", kwargs={"by": 3})
     second = _harness.fresh_entry(scaled, name="call_a", kwargs={"by": 3})
     assert first.__code__ is not second.__code__  # Dynamo caches per code object
-    assert first.__name__ == first.__code__.co_name == "call_a"
+    assert first.__name__ == first.__code__.co_name
+    assert first.__name__.startswith("call_a_") and first.__name__ != second.__name__
     assert first(2) == 6
+
+
+def test_fresh_entries_do_not_share_the_sizes_dynamo_has_seen():
+    # Dynamo's automatic dynamic shapes key on a code's file, line and name: entries of
+    # one name made a second model's sizes symbolic because the first had other sizes.
+    symbolic = []
+
+    def record(graph_module, example_inputs):
+        symbolic.append(any(isinstance(a, torch.SymInt) for a in example_inputs))
+        return graph_module.forward
+
+    for size in (3, 5):
+        entry = _harness.fresh_entry(torch.nn.ReLU(), name="call_b")
+        torch.compile(entry, backend=record)(torch.ones(2, size))
+    assert symbolic == [False, False]
 
 
 def test_named_leaves_names_every_value_of_a_nested_output():
