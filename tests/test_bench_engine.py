@@ -125,3 +125,13 @@ def test_the_garbage_collector_is_off_while_timing_and_restored_after():
 def test_timing_rejects_values_out_of_range(kwargs, message):
     with pytest.raises(errors.UnsupportedOptionError, match=message):
         _engine.Timing(**kwargs)
+
+
+def test_a_settled_heap_is_frozen_after_each_settle_and_unfrozen_on_exit():
+    with pytest.raises(RuntimeError, match="planted"):
+        with _engine.settled_heap() as settle:
+            assert gc.get_freeze_count() == 0
+            settle()
+            assert gc.get_freeze_count() > 0  # earlier objects: no full collection walks them
+            raise RuntimeError("planted")
+    assert gc.get_freeze_count() == 0

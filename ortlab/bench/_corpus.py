@@ -40,6 +40,7 @@ from ortlab.bench import (
     _backends,
     _coverage,
     _coverage_report,
+    _engine,
     _format,
     _machine,
     _plots,
@@ -368,12 +369,14 @@ def run_corpus(
     timing = _FAST_TIMING if fast else _FULL_TIMING
     results = []
     one_partition: dict[str, bool | None] = {}
-    for name in names:
-        result = _zoo.bench_zoo_model(
-            name, backends, threads=threads, training=False, progress=progress, **timing
-        )
-        one_partition[name] = is_one_partition(result)
-        results.append(result)
+    with _engine.settled_heap() as settle:
+        for name in names:
+            settle()  # first calls do not collect the earlier models' objects
+            result = _zoo.bench_zoo_model(
+                name, backends, threads=threads, training=False, progress=progress, **timing
+            )
+            one_partition[name] = is_one_partition(result)
+            results.append(result)
     if "transformers" in sys.modules:
         machine["transformers"] = _machine.version_of("transformers")
     if hasattr(os, "getloadavg"):
