@@ -106,10 +106,8 @@ def test_a_rewrite_that_raises_leaves_the_partition_unfused(monkeypatch):
     assert session.timings["fuse"] > 0 and session.timings["translate"] > 0
 
 
-def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeypatch):
-    # onnxscript's rotary-embedding rewrite renames initializers; the IR shares the
-    # proto's tensors, so without a copy the caller's unfused model (the floor's
-    # fallback) lost the name its nodes read: ONNX Runtime refused it.
+def _tiny_proto():
+    """``y = x @ w`` with ``w`` an initializer."""
     from onnx import TensorProto, helper, numpy_helper
 
     weight = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
@@ -122,9 +120,14 @@ def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeyp
         [value("y", TensorProto.FLOAT, [2, 2])],
         [weight],
     )
-    proto = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10
-    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeypatch):
+    # onnxscript's rotary-embedding rewrite renames initializers; the IR shares the
+    # proto's tensors, so without a copy the caller's unfused model (the floor's
+    # fallback) lost the name its nodes read: ONNX Runtime refused it.
+    proto = _tiny_proto()
     before = proto.SerializeToString()
 
     def renaming(model):
@@ -137,6 +140,29 @@ def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeyp
     assert [i.name for i in fused.graph.initializer] == ["renamed"]
     assert proto.SerializeToString() == before
     ort.InferenceSession(proto.SerializeToString())  # still a valid model
+
+
+def test_the_constant_foldings_numpy_warnings_stay_out_of_the_users_output(monkeypatch):
+    # onnxscript folds T5's relative-position buckets with ONNX's reference evaluator:
+    # "divide by zero encountered in log", for a value the model masks.
+    from onnxscript.rewriter import ort_fusions
+
+    def folding(model):
+        warnings.warn_explicit(
+            "divide by zero encountered in log",
+            RuntimeWarning,
+            "op_log.py",
+            13,
+            module="onnx.reference.ops.op_log",
+        )
+        warnings.warn("a real one", UserWarning, stacklevel=2)
+        return model, {}
+
+    monkeypatch.setattr(ort_fusions, "optimize_for_ort", folding)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _fusions.fuse(ir.from_proto(_tiny_proto())) == {}
+    assert [str(w.message) for w in caught] == ["a real one"]
 
 
 def test_a_fused_model_onnx_runtime_cannot_run_is_replaced_by_the_unfused_one(monkeypatch):

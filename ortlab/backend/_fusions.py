@@ -46,6 +46,7 @@ import contextlib
 import logging
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -81,15 +82,26 @@ patterns tried, and ONNX's shape inference giving up on a contrib op ("Shape inf
 failed ... Model is left unchanged", with a traceback)."""
 
 
+_FOLDING_WARNINGS = r"onnx\.reference(\.|$)"
+"""Modules whose numpy warnings come from constant folding: onnxscript's optimizer folds
+constants with ONNX's reference evaluator, which warns on values the model then masks
+(T5's relative-position buckets take ``log(0)``: "divide by zero encountered in log")."""
+
+
 @contextlib.contextmanager
 def quiet_onnxscript() -> Iterator[None]:
-    """Keeps the rewrite's notes (:data:`_LOGGERS`) out of the user's output."""
+    """Keeps the rewrite's notes (:data:`_LOGGERS`) and the constant folding's numpy
+    warnings (:data:`_FOLDING_WARNINGS`) out of the user's output."""
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", category=RuntimeWarning, module=_FOLDING_WARNINGS
+            )
+            yield
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
