@@ -142,6 +142,33 @@ def test_rewriting_a_whole_model_leaves_the_model_it_was_given_as_it_was(monkeyp
     ort.InferenceSession(proto.SerializeToString())  # still a valid model
 
 
+def test_a_whole_model_whose_rewrite_raises_is_returned_as_it_was_with_the_error(
+    monkeypatch,
+):
+    def broken(model):
+        raise RuntimeError("planted\n  a traceback line")
+
+    monkeypatch.setattr(_fusions, "fuse", broken)
+    proto = _tiny_proto()
+    model, counts, note = _fusions.fuse_proto(proto, True)
+    assert model is proto and counts == {}
+    # One line, as the backend's partitions say it.
+    assert note == "the fusions failed (RuntimeError: planted); runs unfused"
+
+
+def test_a_fused_model_stays_when_the_unfused_one_cannot_be_timed(monkeypatch):
+    def failing(run_fused, make_unfused, fusions, **_):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(_fusions, "compare_speed", failing)
+    x = torch.randn(6, 2, 32)
+    (session,) = _run(_encoder_layer(), x).sessions
+    assert session.fusions and "SkipLayerNormalization" in _contrib_ops(session)
+    assert session.fusion_note == (
+        "fused (the unfused model to time it against failed: RuntimeError: planted)"
+    )
+
+
 def test_the_constant_foldings_numpy_warnings_stay_out_of_the_users_output(monkeypatch):
     # onnxscript folds T5's relative-position buckets with ONNX's reference evaluator:
     # "divide by zero encountered in log", for a value the model masks.

@@ -347,10 +347,10 @@ class OrtPartitionModule:
             unfused = self._faster_unfused(runner, exported, choice.threads, make_runner, args)
             checked += time.perf_counter() - compare_start
             if isinstance(unfused, str):
-                fusion_note = "; ".join(n for n in (fusion_note, unfused) if n)
+                fusion_note = _fusions.join_notes(fusion_note, unfused)
             else:
                 runner, model_bytes, compared = unfused
-                fusion_note = "; ".join(n for n in (fusion_note, compared) if n)
+                fusion_note = _fusions.join_notes(fusion_note, compared)
                 proto = exported.unfused
                 fused, fusions = False, {}
                 dump_files += context.dumper.dump(model_bytes, self.eager, options.dump_path)

@@ -224,7 +224,7 @@ def _translate_direct(
     fusions: dict[str, int] = {}
     note = ""
     unfused_proto = None
-    fused = bool(fuse or (fuse is None and _fusions.has_patterns(model)))
+    fused = _fusions.wanted(model, fuse)
     if fused:
         start = time.perf_counter()
         if fuse is None:
@@ -245,11 +245,10 @@ def _translate_direct(
                 timings=unfused,
             )
             add_timings(timings, unfused)
-            note = f"the fusions failed ({errors.describe(e)}); runs unfused"
-            return proto, False, {}, note, None
+            return proto, False, {}, _fusions.failed_note(e), None
         timings["fuse"] = time.perf_counter() - start
         if not fusions:
-            note = "none of the fused operators' patterns is in the model"
+            note = _fusions.NO_PATTERNS_NOTE
 
     start = time.perf_counter()
     proto = ir.serde.serialize_model(model)

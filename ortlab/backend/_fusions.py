@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _closeness, errors
+from ortlab.backend import records
 
 if TYPE_CHECKING:
     import onnx
@@ -107,9 +108,29 @@ def quiet_onnxscript() -> Iterator[None]:
             logger.setLevel(level)
 
 
+NO_PATTERNS_NOTE = "none of the fused operators' patterns is in the model"
+"""``fusion_note`` of a model rewritten where no fusion applied."""
+
+
 def has_patterns(model: ir.Model) -> bool:
     """Whether the graph holds an op a fused pattern starts from (:data:`TRIGGER_OPS`)."""
     return any(node.op_type in TRIGGER_OPS for node in model.graph.all_nodes())
+
+
+def wanted(model: ir.Model, option: bool | None) -> bool:
+    """Whether ``model`` is to be rewritten under ``OrtBackendOptions.ort_fusions``:
+    ``True`` always, ``False`` never, ``None`` where it has a pattern's first op."""
+    return bool(option) or (option is None and has_patterns(model))
+
+
+def failed_note(error: BaseException) -> str:
+    """``fusion_note`` of a model whose rewrite raised ``error`` (it runs unfused)."""
+    return f"the fusions failed ({errors.describe(error)}); runs unfused"
+
+
+def join_notes(*notes: str) -> str:
+    """The non-empty notes, joined with ``"; "``."""
+    return "; ".join(n for n in notes if n)
 
 
 def fuse(model: ir.Model) -> dict[str, int]:
@@ -216,7 +237,7 @@ def compare_speed(
         f"{COMPARE_RUNS} runs each)"
     )
     if unfused < fused:
-        tried = ", ".join(f"{name} ×{count}" for name, count in fusions.items())
+        tried = records.fusions_text(fusions)
         what = f"slower fused ({tried})" if tried else "slower rewritten"
         return False, f"{what}: {medians}; the unfused model runs"
     return True, medians
@@ -232,7 +253,7 @@ def fuse_proto(
     import onnx
     import onnx_ir as ir
 
-    if option is False:
+    if option is False:  # nothing to rewrite: not even a copy to make
         return proto, {}, ""
     # The IR shares the proto's tensors: a rewrite that renames an initializer (Llama's
     # rotary embedding does) would rename it in ``proto`` too, and ``proto`` is the
@@ -240,14 +261,13 @@ def fuse_proto(
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     model = ir.serde.deserialize_model(copy)
-    if option is None and not has_patterns(model):
+    if not wanted(model, option):
         return proto, {}, ""
     try:
         counts = fuse(model)
     except Exception as e:
-        return proto, {}, f"the fusions failed ({type(e).__name__}: {e}); runs unfused"
-    note = "" if counts else "none of the fused operators' patterns is in the model"
-    return ir.serde.serialize_model(model), counts, note
+        return proto, {}, failed_note(e)
+    return ir.serde.serialize_model(model), counts, "" if counts else NO_PATTERNS_NOTE
 
 
 def _batch_transpose_perm(rank: int, transposed: bool) -> list[int]:
@@ -272,7 +292,7 @@ def explicit_batch_transposes(model: ir.Model) -> int:
 
     repaired = 0
     for node in list(model.graph.all_nodes()):
-        if node.op_type != "FusedMatMul" or node.domain != "com.microsoft":
+        if node.op_type != "FusedMatMul" or node.domain != records.FUSED_OPERATOR_DOMAIN:
             continue
         flags = [node.attributes.get_int(f"transBatch{side}", 0) for side in "AB"]
         if not any(flags):

@@ -131,19 +131,20 @@ class OrtFloor:
             model = exported
         else:
             if model is not exported and resolved.ort_fusions is None:
-                if not self._fused_is_faster(exported, flat, resolved):
-                    model = exported
+                model = self._faster(model, exported, flat, resolved)
         self.model = model
         self.session_seconds = time.perf_counter() - start
 
-    def _fused_is_faster(
+    def _faster(
         self,
+        fused: onnx.ModelProto,
         unfused: onnx.ModelProto,
         flat: list[Any],
         options: ortlab.backend.OrtBackendOptions,
-    ) -> bool:
+    ) -> onnx.ModelProto:
         """Times the fused session against the unfused model, as the backend times a
-        fused partition (``_fusions.compare_speed``), and keeps the faster."""
+        fused partition (``_fusions.compare_speed``); keeps the faster one's session and
+        returns its model."""
         made: list[Any] = []
 
         def make_unfused() -> Callable[[], object]:
@@ -154,14 +155,15 @@ class OrtFloor:
             )
             return lambda: made[0].run(flat)
 
-        fused = self.session
+        session = self.session
         keep, note = _fusions.compare_speed(
-            lambda: fused.run(flat), make_unfused, self.fusions
+            lambda: session.run(flat), make_unfused, self.fusions
         )
-        self.fusion_note = "; ".join(n for n in (self.fusion_note, note) if n)
-        if not keep:
-            self.session, self.fusions = made[0], {}
-        return keep
+        self.fusion_note = _fusions.join_notes(self.fusion_note, note)
+        if keep:
+            return fused
+        self.session, self.fusions = made[0], {}
+        return unfused
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         return self.session.run(_inputs(args))
