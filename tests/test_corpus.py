@@ -23,6 +23,7 @@ from ortlab.bench import (
     _corpus,
     _coverage,
     _coverage_report,
+    _format,
     _grads,
 )
 
@@ -500,6 +501,20 @@ def test_corpus_targets_apply_to_one_partition_models_and_where_the_floor_beats_
     summary = _corpus.target_summary(rows)
     met_missed = [(met, missed) for _, met, missed in summary]
     assert met_missed == [(1, 1), (1, 1), (1, 0), (1, 0), (1, 1)]
+
+
+def test_a_target_cells_verdict_is_read_back_whatever_follows_it():
+    cells = {
+        _format.target_cell(1.3, 1.25, "1.30"): "missed",
+        _format.target_cell(0.17, 1.5, "0.17 s"): "met",
+        _format.target_cell(1.0, 1.0, "1.00", strict=True): "missed",
+        _format.target_cell(math.nan, 1.0, "nan"): "",
+        "2.10 missed (Dynamo's entry alone: 2.00)": "missed",
+        "floor behind inductor (1.50)": "",
+        "not one partition": "",
+    }
+    assert list(cells)[:4] == ["1.30 missed", "0.17 s met", "1.00 missed", "n/a"]
+    assert {c: _format.target_verdict(c) for c in cells} == cells
 
 
 def test_corpus_markdown_has_spreads_targets_and_first_calls():

@@ -96,11 +96,8 @@ def is_one_partition(result: _result.BenchResult) -> bool | None:
 def _cell(ratio: float, most: float, *, strict: bool = False, dynamo: float = math.nan) -> str:
     """``"1.08 met"`` / ``"1.31 missed"``; ``dynamo``: the floor behind Dynamo's entry
     over the floor, named in a missed cell when it alone is beyond ``most``."""
-    if not _format.finite(ratio):
-        return "n/a"
-    met = ratio < most if strict else ratio <= most
-    text = f"{_format.fmt_ratio(ratio)} {'met' if met else 'missed'}"
-    if not met and _format.finite(dynamo) and dynamo > most:
+    text = _format.target_cell(ratio, most, _format.fmt_ratio(ratio), strict=strict)
+    if _format.target_verdict(text) == "missed" and _format.finite(dynamo) and dynamo > most:
         text += f" (Dynamo's entry alone: {_format.fmt_ratio(dynamo)})"
     return text
 
@@ -138,12 +135,6 @@ def target_rows(
     return rows
 
 
-def _verdict(cell: str) -> str:
-    """``"met"`` / ``"missed"`` of a target cell (``""`` for the others)."""
-    words = cell.split(" (", 1)[0].split()
-    return words[1] if len(words) == 2 and words[1] in ("met", "missed") else ""
-
-
 def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
     """``(target, met, missed)`` counted over :func:`target_rows`' cells."""
     names = [
@@ -159,8 +150,8 @@ def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
         out.append(
             (
                 name,
-                sum(_verdict(c) == "met" for c in cells),
-                sum(_verdict(c) == "missed" for c in cells),
+                sum(_format.target_verdict(c) == "met" for c in cells),
+                sum(_format.target_verdict(c) == "missed" for c in cells),
             )
         )
     return out

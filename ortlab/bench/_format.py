@@ -72,6 +72,22 @@ def fmt_ratio(value: Any) -> str:
     return f"{value:.2f}" if finite(value) else ""
 
 
+def target_cell(value: float, most: float, text: str, *, strict: bool = False) -> str:
+    """A target's cell: ``"<text> met"`` when ``value`` is at most ``most`` (below it
+    with ``strict``), ``"<text> missed"`` otherwise, ``"n/a"`` when it is not a number.
+    A caller may append ``" (why)"``; :func:`target_verdict` reads the verdict back."""
+    if not finite(value):
+        return "n/a"
+    met = value < most if strict else value <= most
+    return f"{text} {'met' if met else 'missed'}"
+
+
+def target_verdict(cell: str) -> str:
+    """``"met"`` / ``"missed"`` of a :func:`target_cell` (``""`` for any other cell)."""
+    words = cell.split(" (", 1)[0].split()
+    return words[-1] if len(words) >= 2 and words[-1] in ("met", "missed") else ""
+
+
 def display_rows(frame: pandas.DataFrame) -> list[list[str]]:
     """The rows of a result frame as display text (headers: :data:`HEADERS`)."""
     rows = []

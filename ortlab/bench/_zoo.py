@@ -170,17 +170,11 @@ def targets_table(results: Sequence[_result.BenchResult]) -> list[list[str]] | N
         cells = [r.name]
         for backend, ref, most in RATIO_TARGETS:
             ratio = medians.get(backend, math.nan) / medians.get(ref, math.nan)
-            cells.append(_target_cell(ratio, most, _format.fmt_ratio(ratio)))
+            cells.append(_format.target_cell(ratio, most, _format.fmt_ratio(ratio)))
         first = firsts.get("ortlab", math.nan) if "ortlab" in medians else math.nan
-        cells.append(_target_cell(first, FIRST_CALL_TARGET_S, f"{first:.2f} s"))
+        cells.append(_format.target_cell(first, FIRST_CALL_TARGET_S, f"{first:.2f} s"))
         rows.append(cells)
     return rows or None
-
-
-def _target_cell(value: float, most: float, text: str) -> str:
-    if not _format.finite(value):
-        return "n/a"
-    return f"{text} {'met' if value <= most else 'missed'}"
 
 
 def zoo_markdown(
