@@ -63,7 +63,7 @@ def fresh_entry(
         return target(*args, **bound)
 
     unique = f"{name}_{next(_ENTRY_NUMBERS)}"
-    code = call.__code__.replace(co_name=unique, co_qualname=unique)
+    code = call.__code__.replace(co_name=unique)  # co_qualname: Python 3.11+ only
     return types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
 
 
