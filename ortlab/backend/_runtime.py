@@ -28,47 +28,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 import torch
 import torch.utils.dlpack
 
-from ortlab.backend import _ort_private, _session, _torch_private
+from ortlab.backend import _dtypes, _ort_private, _session, _torch_private
 
 if TYPE_CHECKING:
     import onnxruntime
 
-_TORCH_TO_NUMPY = {
-    torch.float16: np.float16,
-    torch.float32: np.float32,
-    torch.float64: np.float64,
-    torch.int8: np.int8,
-    torch.int16: np.int16,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.uint8: np.uint8,
-    torch.bool: np.bool_,
-}
-_ONNX_TO_TORCH: dict[int, torch.dtype] = {
-    onnx.TensorProto.FLOAT16: torch.float16,
-    onnx.TensorProto.FLOAT: torch.float32,
-    onnx.TensorProto.DOUBLE: torch.float64,
-    onnx.TensorProto.INT8: torch.int8,
-    onnx.TensorProto.INT16: torch.int16,
-    onnx.TensorProto.INT32: torch.int32,
-    onnx.TensorProto.INT64: torch.int64,
-    onnx.TensorProto.UINT8: torch.uint8,
-    onnx.TensorProto.BOOL: torch.bool,
-}
-
 
 def onnx_elem_to_torch(elem_type: int) -> torch.dtype:
-    try:
-        return _ONNX_TO_TORCH[elem_type]
-    except KeyError:
-        raise TypeError(
-            f"ONNX element type {onnx.TensorProto.DataType.Name(elem_type)} has no torch dtype"
-        ) from None
+    """The torch dtype of an ONNX element type (see :mod:`ortlab.backend._dtypes`)."""
+    return _dtypes.from_onnx(elem_type)
 
 
 _MAX_CACHED_SCALARS = 64
@@ -82,7 +54,7 @@ class _InputSpec:
     def __init__(self, value_info: onnx.ValueInfoProto, fx_value: Any, arg: Any) -> None:
         tensor_type = value_info.type.tensor_type
         self.dtype = onnx_elem_to_torch(tensor_type.elem_type)
-        self.np_dtype = _TORCH_TO_NUMPY[self.dtype]
+        self.np_dtype = _dtypes.numpy_type(self.dtype)
         dims = tensor_type.shape.dim
         self.rank = len(dims)
         # None marks a symbolic dim: any size matches.
@@ -309,7 +281,7 @@ class OrtRunner:
                 if t.numel() == 0:
                     ov = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
                         list(t.shape),
-                        _TORCH_TO_NUMPY[t.dtype],
+                        _dtypes.numpy_type(t.dtype),
                         t.device.type,
                         t.device.index or 0,
                     )
@@ -318,13 +290,13 @@ class OrtRunner:
                     vec.push_back_batch(
                         [t],
                         [t.data_ptr()],
-                        [_TORCH_TO_NUMPY[t.dtype]],
+                        [_dtypes.numpy_type(t.dtype)],
                         [t.shape],
                         [self._device(t.device)],
                     )
             return vec
         if dtypes is None:
-            dtypes = [_TORCH_TO_NUMPY[t.dtype] for t in tensors]
+            dtypes = [_dtypes.numpy_type(t.dtype) for t in tensors]
             devices = [self._device(t.device) for t in tensors]
         vec.push_back_batch(
             tensors,
@@ -539,7 +511,7 @@ def _bind(bind: Any, name: str, tensor: torch.Tensor) -> None:
         name,
         tensor.device.type,
         tensor.device.index or 0,
-        _TORCH_TO_NUMPY[tensor.dtype],
+        _dtypes.numpy_type(tensor.dtype),
         tuple(tensor.shape),
         tensor.data_ptr(),
     )

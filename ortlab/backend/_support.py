@@ -29,22 +29,7 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ortlab.backend import _torch_private, records
-
-# dtypes that cross the torch <-> ORT boundary through DLPack and numpy dtypes.
-SUPPORTED_DTYPES = frozenset(
-    {
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint8,
-        torch.bool,
-    }
-)
+from ortlab.backend import _dtypes, _torch_private, records
 
 _ASSERTIONS = frozenset(
     {
@@ -320,10 +305,8 @@ class OrtOperatorSupport(OperatorSupportBase):
             for a in args:
                 meta = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
                 for t in _tensors_in(meta):
-                    if t.dtype not in SUPPORTED_DTYPES:
-                        return False, (
-                            f"dtype {t.dtype} has no ONNX Runtime/DLPack mapping in ortlab"
-                        )
+                    if not _dtypes.supported(t.dtype):
+                        return False, _dtypes.unsupported_reason(t.dtype)
         if (
             _torch_private.is_op_overload(target)
             and torch.Tag.nondeterministic_seeded in target.tags
