@@ -177,6 +177,9 @@ def lowering_decompositions(
     training mode (see :func:`attention_as_math` for the one other change AOTAutograd's
     trace needs).
 
+    ``nll_loss_forward`` (and ``nll_loss2d_forward``) are decomposed too: see
+    :data:`_DECOMPOSED_DESPITE_TRANSLATION`.
+
     ``_native_batch_norm_legit_functional`` (batch norm with batch statistics and
     running-stat updates) has a torchlib translation, but not one that reproduces
     PyTorch's batch statistics, so it had to stay in PyTorch — cutting a CNN's training
@@ -187,9 +190,22 @@ def lowering_decompositions(
     from torch._decomp import decomposition_table
 
     table = dict(onnx_friendly_decompositions(opset_version))
-    for op in (torch.ops.aten._native_batch_norm_legit_functional.default,):
+    for op in _DECOMPOSED_DESPITE_TRANSLATION:
         table[op] = decomposition_table[op]
     return table
+
+
+_DECOMPOSED_DESPITE_TRANSLATION = (
+    torch.ops.aten._native_batch_norm_legit_functional.default,
+    # torchlib returns a placeholder for the second output, total_weight (the size of the
+    # loss, 1 for a scalar), which the backward of a mean reduction divides by: every
+    # gradient came out N times too large. Decomposed, the loss and total_weight are a
+    # gather, a where and sums, all translated right (the conformance table says so).
+    torch.ops.aten.nll_loss_forward.default,
+    torch.ops.aten.nll_loss2d_forward.default,
+)
+"""Ops with a torchlib translation that ortlab's lowerings decompose anyway, because the
+translation is wrong for some of their outputs (see :func:`lowering_decompositions`)."""
 
 
 @contextlib.contextmanager
