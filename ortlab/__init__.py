@@ -32,6 +32,7 @@ from ortlab.bench import BenchResult, bench
 from ortlab.errors import (
     CompileError,
     ExportError,
+    FallbackWarning,
     MissingDependencyError,
     OrtlabError,
     SessionError,
@@ -62,6 +63,7 @@ __all__ = [
     "SessionError",
     "CompileError",
     "MissingDependencyError",
+    "FallbackWarning",
     # Lab: numerics, benchmarks, views (heavy dependencies load on first use)
     "diff",
     "DiffReport",

@@ -13,6 +13,7 @@ __all__ = [
     "SessionError",
     "CompileError",
     "MissingDependencyError",
+    "FallbackWarning",
     "describe",
     "first_line",
 ]
@@ -57,3 +58,14 @@ class CompileError(OrtlabError):
 
 class MissingDependencyError(OrtlabError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class FallbackWarning(RuntimeWarning):
+    """ortlab ran something in PyTorch that it meant to run in ONNX Runtime: a graph it
+    could not lower, a partition whose export or session failed, a fused model given up.
+
+    A category of its own so that a test suite can turn it into an error
+    (``filterwarnings = ["error::ortlab.FallbackWarning"]``) and a notebook can silence
+    it (``warnings.simplefilter("ignore", ortlab.FallbackWarning)``). The record of the
+    fall back (``GraphRecord.error``, ``PartitionRecord.error``) says the same.
+    """

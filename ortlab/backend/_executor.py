@@ -527,7 +527,7 @@ class OrtPartitionModule:
         self.clear_sessions()
         warnings.warn(
             f"ortlab: {where} runs in PyTorch instead of ONNX Runtime: {message}",
-            RuntimeWarning,
+            errors.FallbackWarning,
             stacklevel=3,
         )
 
