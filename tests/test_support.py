@@ -16,9 +16,9 @@ def registry():
     return _torch_private.onnx_registry()
 
 
-def _verdicts(fn, *args, registry, **support_kwargs):
+def _verdicts(fn, *args, registry, **facts):
     gm = make_fx(fn, tracing_mode="fake")(*args)
-    support = _support.OrtOperatorSupport(registry, **support_kwargs)
+    support = _support.OrtOperatorSupport(_support.Facts(registry=registry, **facts))
     return {n.name: support.verdict(n) for n in gm.graph.nodes if n.op == "call_function"}, gm
 
 
@@ -38,7 +38,9 @@ def test_getitem_follows_its_producer(registry):
     assert getitems and all(verdicts[n.name].supported for n in getitems)
     assert "supported node" in verdicts[getitems[0].name].reason
 
-    excluded, gm2 = _verdicts(f, torch.randn(5), registry=registry, excluded_ops=["aten.sort"])
+    excluded, gm2 = _verdicts(
+        f, torch.randn(5), registry=registry, excluded_ops=("aten.sort",)
+    )
     for n in gm2.graph.nodes:
         if n.target is operator.getitem:
             assert not excluded[n.name].supported
@@ -96,7 +98,7 @@ def test_symbolic_scalars_and_assertions_stay_in_python(registry):
     mode = FakeTensorMode(shape_env=ShapeEnv())
     x = mode.from_tensor(torch.randn(4, 6), static_shapes=False)
     gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6))
-    support = _support.OrtOperatorSupport(registry)
+    support = _support.OrtOperatorSupport(_support.Facts(registry=registry))
     verdicts = [support.verdict(n) for n in gm.graph.nodes if n.op == "call_function"]
     scalar = [v for v in verdicts if "Python/symbolic scalar" in v.reason]
     assert scalar and all(not v.supported for v in scalar)
@@ -112,7 +114,7 @@ def test_unregistered_ops_name_the_registry(registry):
     node.meta["val"] = torch.empty(2, 2, device="meta")
     graph.output(node)
     gm = GraphModule(torch.nn.Module(), graph)
-    support = _support.OrtOperatorSupport(registry)
+    support = _support.OrtOperatorSupport(_support.Facts(registry=registry))
     verdict = support.verdict(next(n for n in gm.graph.nodes if n.op == "call_function"))
     assert not verdict.supported and "torchlib" in verdict.reason
 
@@ -129,16 +131,29 @@ def test_unregistered_ops_name_the_registry(registry):
 )
 def test_excluded_ops_accept_overloads_packets_and_names(registry, excluded):
     verdicts, _ = _verdicts(
-        lambda x: x.sin().cos(), torch.randn(3), registry=registry, excluded_ops=[excluded]
+        lambda x: x.sin().cos(), torch.randn(3), registry=registry, excluded_ops=(excluded,)
     )
     by_target = {v.target: v for v in verdicts.values()}
     assert not by_target["aten.sin.default"].supported
     assert by_target["aten.cos.default"].supported
 
 
-def test_attention_whose_logsumexp_is_used_stays_eager(registry):
-    """torchlib returns zeros for logsumexp; if backward reads it, ORT would be wrong."""
+def _table(target, key, **row):
+    from ortlab.backend import _conformance
+
+    return _conformance.Table({target: {key: _conformance.Finding(**row)}}, {})
+
+
+def test_a_translation_conformance_rejects_stays_eager_only_when_its_bad_output_is_used(
+    registry,
+):
+    """A wrong auxiliary output (torchlib's zeros for logsumexp) only matters when the
+    graph reads it: AOTAutograd saves logsumexp for the backward."""
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    target = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    table = _table(
+        target, "float32/contiguous", status="fails", reason="output 1 differs", outputs=(1,)
+    )
     q = torch.randn(1, 2, 4, 8)
 
     def only_output(q):
@@ -148,40 +163,71 @@ def test_attention_whose_logsumexp_is_used_stays_eager(registry):
         out, lse = op(q, q, q)
         return out, lse
 
-    used, _ = _verdicts(with_logsumexp, q, registry=registry)
-    attn = next(v for v in used.values() if "flash_attention" in v.target)
-    assert not attn.supported and "logsumexp" in attn.reason
-    unused, _ = _verdicts(only_output, q, registry=registry)
-    assert next(v for v in unused.values() if "flash_attention" in v.target).supported
+    used, _ = _verdicts(with_logsumexp, q, registry=registry, conformance=table)
+    attn = next(v for v in used.values() if v.target == target)
+    assert not attn.supported and attn.rule == "disagrees-with-pytorch"
+    assert "output 1 differs" in attn.reason and "float32, contiguous" in attn.reason
+    unused, _ = _verdicts(only_output, q, registry=registry, conformance=table)
+    attn = next(v for v in unused.values() if v.target == target)
+    assert attn.supported and attn.rule == "translated"
 
 
-def test_source_is_the_innermost_frame_outside_torch(tmp_path):
-    import os
-
-    graph = torch.fx.Graph()
-    node = graph.call_function(torch.ops.aten.relu.default, ())
-    torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py")
-    node.meta["stack_trace"] = (
-        f'  File "{tmp_path / "project" / "model.py"}", line 12, in forward\n'
-        "    h = self.block(x)\n"
-        f'  File "{tmp_path / "project" / "blocks.py"}", line 40, in forward\n'
-        "    return F.relu(self.fc(x))\n"
-        "           ^^^^^^^^^^^^^^^^^^\n"
-        f'  File "{torch_file}", line 1700, in relu\n'
-        "    result = torch.relu(input)\n"
+def test_verified_translations_say_so_and_unsampled_forms_say_not_verified(registry):
+    table = _table("aten.sin.default", "float32/contiguous", status="verified", samples=3)
+    verdicts, _ = _verdicts(
+        lambda x, y: (x.sin(), y.sin(), x.t().sin()),
+        torch.randn(3, 2),
+        torch.randn(3, 2, dtype=torch.float16),
+        registry=registry,
+        conformance=table,
     )
-    assert _support.user_source(node) == "blocks.py:40 in forward: return F.relu(self.fc(x))"
-    node.meta["stack_trace"] = f'  File "{torch_file}", line 1700, in relu\n'
-    assert _support.user_source(node) == "torch/nn/functional.py:1700 in relu"
-    del node.meta["stack_trace"]
-    assert _support.user_source(node) == ""
-
-
-def test_dynamo_resume_functions_and_notebook_cells_read_as_people_name_them(tmp_path):
-    assert _support.function_name("forward") == "forward"
-    assert (
-        _support.function_name("torch_dynamo_resume_in_forward_at_11")
-        == "forward (resumed after line 11)"
+    by_rule = {}
+    for v in verdicts.values():
+        if v.target == "aten.sin.default":
+            by_rule.setdefault(v.rule, []).append(v.reason)
+    assert len(by_rule["verified"]) == 1 and "3 sample(s)" in by_rule["verified"][0]
+    assert sorted(by_rule["translated"]) == sorted(
+        [
+            "translated by the exporter's registry (torchlib); not verified against "
+            "PyTorch for float16, contiguous inputs",
+            "translated by the exporter's registry (torchlib); not verified against "
+            "PyTorch for float32, strided inputs",
+        ]
     )
-    # ipykernel compiles a cell to <tmp>/ipykernel_<pid>/<hash>.py
-    assert _support.short_path(str(tmp_path / "ipykernel_4242" / "497510299.py")) == "cell"
+
+
+def test_a_whole_node_failure_rejects_every_use(registry):
+    table = _table(
+        "aten.sin.default", "float32/contiguous", status="fails", reason="session refused"
+    )
+    verdicts, _ = _verdicts(
+        lambda x: x.sin() + 1, torch.randn(3), registry=registry, conformance=table
+    )
+    by_target = {v.target: v for v in verdicts.values()}
+    assert not by_target["aten.sin.default"].supported
+    assert by_target["aten.add.Tensor"].supported
+
+
+def test_the_rules_are_named_documented_and_ordered():
+    names = [r.name for r in _support.RULES]
+    assert len(names) == len(set(names))
+    assert all(r.doc for r in _support.RULES), [r.name for r in _support.RULES if not r.doc]
+    # The session stage overrides everything; the partition stage comes last.
+    assert _support.RULES[0].stage == "session"
+    assert _support.RULES[-1].stage == "partition"
+    assert names.index("no-translation") < names.index("disagrees-with-pytorch")
+    assert names.index("disagrees-with-pytorch") < names.index("verified")
+    assert names[-2] == "translated"  # the last node rule always decides
+
+
+def test_every_verdict_names_the_rule_that_decided(registry):
+    verdicts, _ = _verdicts(
+        lambda x: x.sin().add_(1),
+        torch.randn(3),
+        registry=registry,
+        excluded_ops=("aten.sin",),
+    )
+    assert {v.target: v.rule for v in verdicts.values()} == {
+        "aten.sin.default": "excluded-by-user",
+        "aten.add_.Tensor": "in-place",
+    }

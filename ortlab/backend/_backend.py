@@ -37,6 +37,7 @@ from ortlab.backend import (
     _options,
     _partition,
     _sizes,
+    _source,
     _support,
     _torch_private,
     records,
@@ -67,18 +68,18 @@ class _Origin:
         # the user's code in the graph's node stack traces; for a graph of torch modules
         # alone, the outermost module.
         stack = list(info.user_stack)
-        if not stack or not _support.is_users_file(stack[0][0]):
-            stack = _support.outer_frames(graph_module) or stack
+        if not stack or not _source.is_users_file(stack[0][0]):
+            stack = _source.outer_frames(graph_module) or stack
         frame = ""
-        if stack and not _support.is_dynamo_file(stack[0][0]):
+        if stack and not _source.is_dynamo_file(stack[0][0]):
             file, _, name, _ = stack[0]
-            frame = f"{_support.function_name(name)} ({_support.short_path(file)})"
+            frame = f"{_source.function_name(name)} ({_source.short_path(file)})"
         else:  # only torch modules ran (e.g. a Sequential): name the outermost one
-            frame = _support.outer_module(graph_module)
+            frame = _source.outer_module(graph_module)
         break_source = ""
         if info.graph_break and info.user_stack:
             file, line, _, code = info.user_stack[-1]
-            break_source = f"{_support.short_path(file)}:{line}"
+            break_source = f"{_source.short_path(file)}:{line}"
             if code:
                 break_source += f": {code}"
         return {
@@ -215,11 +216,13 @@ class OrtBackend:
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
         # the graph exactly as received.
         work = _export.copy_graph_module(graph_module)
-        forced = _support.input_alias_outputs(work) if keep_input_aliases else {}
         support = _support.OrtOperatorSupport(
-            context.registry,
-            excluded_ops=self._options.excluded_ops,
-            forced_eager=forced,
+            _support.Facts(
+                registry=context.registry,
+                excluded_ops=tuple(self._options.excluded_ops),
+                input_aliases=_support.input_alias_outputs(work) if keep_input_aliases else {},
+                min_partition_size=self._options.min_partition_size,
+            )
         )
         verdicts = [support.verdict(n) for n in work.graph.nodes if n.op == "call_function"]
         support_seconds = time.perf_counter() - start
@@ -227,8 +230,7 @@ class OrtBackend:
         result = _partition.partition_graph(
             work, support, min_size=self._options.min_partition_size
         )
-        if result.too_small:
-            verdicts = [_too_small(v, result.too_small, self._options) for v in verdicts]
+        verdicts = support.after_partitioning(verdicts, result.too_small)
         partitioned = result.graph_module
         record = self._new_record(
             graph_module, kind, lowering, partitioned, verdicts, origin_fields or {}
@@ -542,14 +544,7 @@ class OrtBackend:
         lowering: str = "eager",
     ) -> torch.fx.GraphModule:
         """Records a graph ortlab could not compile; returns it, to run in PyTorch."""
-        reason = f"ortlab could not compile this graph ({error}); it runs in PyTorch"
-        verdicts = [
-            records.Verdict(
-                n.name, _support.target_text(n.target), False, reason, _support.user_source(n)
-            )
-            for n in graph_module.graph.nodes
-            if n.op == "call_function"
-        ]
+        verdicts = _support.graph_not_compiled(graph_module, error)
         fields = {**origin.graph_fields(graph_module), "error": error}
         record = self._new_record(graph_module, kind, lowering, None, verdicts, fields)
         record.timings.update(origin.first_timings())
@@ -572,7 +567,7 @@ class OrtBackend:
     @staticmethod
     def _warn(message: str, error: Exception) -> None:
         logger.debug("ortlab fell back", exc_info=error)
-        warnings.warn(f"ortlab: {message}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"ortlab: {message}", errors.FallbackWarning, stacklevel=3)
 
     def _check_static(self, graph_module: torch.fx.GraphModule) -> None:
         if self._options.dynamic_shapes is not True or self._warned_static:
@@ -610,23 +605,6 @@ def _time_until_first_call(
         return forward(*args)
 
     return graph_call
-
-
-def _too_small(
-    verdict: records.Verdict, sizes: Mapping[str, int], options: _options.OrtBackendOptions
-) -> records.Verdict:
-    """The verdict of a supported node whose partition was below ``min_partition_size``."""
-    size = sizes.get(verdict.node)
-    if size is None:
-        return verdict
-    return dataclasses.replace(
-        verdict,
-        supported=False,
-        reason=(
-            f"supported, but its partition would have {size} node(s), fewer than "
-            f"min_partition_size={options.min_partition_size}; stays in PyTorch"
-        ),
-    )
 
 
 _GRAD_MODE_TARGETS = ("_set_grad_enabled", "set_grad_enabled", "enable_grad", "inference_mode")

@@ -1,57 +1,92 @@
-"""Which FX nodes may run in ONNX Runtime, each with a reason (a :class:`Verdict`).
+"""Which FX nodes may run in ONNX Runtime: an ordered list of named rules, each giving a
+reason a person can act on.
 
-# NOTE: the exporter's registry says which ATen overloads have an ONNX translation, but
-# registered is not always translatable or wise. The rules, in the order applied:
+# NOTE: :data:`RULES` *is* the decision, in the order it is taken: the first rule that
+# speaks about a node decides it, and the node's :class:`~ortlab.backend.records.Verdict`
+# names that rule (``Verdict.rule``). Rules are evaluated in one place,
+# :meth:`OrtOperatorSupport.verdict`; each is a function whose docstring is its
+# documentation (``ortlab.backend.support_rules()`` lists them, the Inspector shows
+# them). Rules run at three stages:
 #
-#   1. the user's ``excluded_ops``                        -> eager, "excluded by options"
-#   2. assertions (``_assert_scalar``…)                   -> eager, they guard Python state
-#   3. higher-order ops (cond, scan, wrap…)               -> eager
-#   4. a result that is not a tensor (SymInt arithmetic)  -> eager, stays in Python
-#   5. ``getitem``                                        -> follows its producer
-#   6. in-place / mutating ops                            -> eager, ONNX values are immutable
-#   7. dtypes without an ONNX Runtime/numpy mapping       -> eager (complex, bfloat16, fp8)
-#   8. RNG ops (``Tag.nondeterministic_seeded``)          -> eager, except attention
-#      (scaled_dot_product_*) whose ``dropout_p`` is 0
-#   9. ops whose ONNX translation fakes auxiliary outputs  -> eager when those are used
-#      batch norm in training mode (batch statistics)    -> eager
-#  10. no translation in the registry                     -> eager
+#   node       when the graph is compiled, node by node, in list order
+#   partition  after partitioning: a supported node whose partition is too small
+#   session    when ONNX Runtime refused a node as its partition's session was built
+#              (the partition is split around it, see ``_executor``): checked first
+#
+# A registered translation is not trusted on its own word: the conformance table
+# (:mod:`ortlab.backend._conformance`, from PyTorch's OpInfo samples run through
+# ONNX Runtime) rejects the (op, dtype, form)s whose translation disagrees with PyTorch
+# for the outputs the graph reads, and says which supported nodes were verified.
+#
+# Graph-level analyses (views of graph inputs returned as outputs, storage reads that
+# the ONNX value cannot honour) are computed once per graph and handed to the rules as
+# ``{node name: reason}`` maps.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import operator
-import os
-import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
 import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ortlab.backend import _dtypes, _torch_private, records
+from ortlab.backend import _conformance, _dtypes, _source, _torch_private, records
 
-_ASSERTIONS = frozenset(
-    {
-        torch.ops.aten._assert_scalar.default,
-        torch.ops.aten._assert_async.default,
-        torch.ops.aten._assert_async.msg,
-        torch.ops.aten._assert_tensor_metadata.default,
-        torch.ops.aten.sym_constrain_range_for_size.default,
-        torch.ops.aten.sym_constrain_range.default,
-    }
-)
+Stage = Literal["node", "partition", "session"]
 
-_SDPA_DROPOUT_KWARG = "dropout_p"
 
-# Ops whose torchlib translation computes only the first output and returns placeholders
-# (zeros) for the auxiliary ones (logsumexp, philox seeds…). Running them in ORT is only
-# right when nothing reads those outputs — AOTAutograd saves logsumexp for backward.
-_PLACEHOLDER_AUX_OUTPUTS = (
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-)
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a rule says about a node."""
+
+    supported: bool
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One named support rule: ``decide(node, facts)`` returns a :class:`Decision`, or
+    ``None`` when the rule has nothing to say about the node."""
+
+    name: str
+    decide: Callable[[torch.fx.Node, Facts], Decision | None]
+    stage: Stage = "node"
+
+    @property
+    def doc(self) -> str:
+        """What the rule decides and why (its function's docstring)."""
+        return inspect.getdoc(self.decide) or ""
+
+
+@dataclasses.dataclass
+class Facts:
+    """What the rules know beyond the node itself: the graph's analyses and options."""
+
+    registry: Any
+    """The exporter's op registry (``is_registered``)."""
+    excluded_ops: tuple[Any, ...] = ()
+    """``OrtBackendOptions.excluded_ops``."""
+    input_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Nodes on a view chain from a graph input to a graph output (see
+    :func:`input_alias_outputs`), with the reason."""
+    storage_readers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Nodes that read memory the ONNX value does not have (``as_strided`` on a
+    non-contiguous input it cannot be rebased onto), with the reason."""
+    refused: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Nodes ONNX Runtime refused when their partition's session was built, with the
+    error (the partition was split around them)."""
+    too_small: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Supported nodes whose partition is below ``min_partition_size``: node -> size."""
+    min_partition_size: int = 1
+    conformance: _conformance.Table | None = None
+    """The conformance table (``None``: the package's)."""
+    verdict_of: Callable[[torch.fx.Node], records.Verdict] | None = None
+    """The verdict of another node of the graph (``getitem`` follows its producer)."""
 
 
 def target_text(target: Any) -> str:
@@ -60,139 +95,12 @@ def target_text(target: Any) -> str:
         return (
             f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
         )
-    if _torch_private.is_op_packet(target):
-        return str(target)
     return str(target)
 
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-# ortlab's own wrappers (the lab's fresh entry points, the magic's call) are not the
-# user's code either.
-_ORTLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-_DYNAMO_DIR = os.path.join(_TORCH_DIR, "_dynamo") + os.sep
-
-
-def is_dynamo_file(path: str) -> bool:
-    """Whether ``path`` is Dynamo's own code (its wrappers around a compiled call)."""
-    return os.path.abspath(path).startswith(_DYNAMO_DIR)
-
-
-def is_users_file(path: str) -> bool:
-    """Whether ``path`` is the user's code: not inside torch or ortlab."""
-    absolute = os.path.abspath(path)
-    return not absolute.startswith((_TORCH_DIR, _ORTLAB_DIR))
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\s*$')
-
-
-_RESUMED = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
-
-
-def function_name(name: str) -> str:
-    """A code object's name as people read it: Dynamo's resume functions (the code after
-    a graph break, ``torch_dynamo_resume_in_forward_at_11``) read ``"forward (resumed
-    after line 11)"``."""
-    match = _RESUMED.match(name)
-    if match is None:
-        return name
-    return f"{match['name']} (resumed after line {match['line']})"
-
-
-def short_path(path: str) -> str:
-    """A path as people read it: ``"cell"`` for a notebook cell, from the package down
-    when installed (``transformers/models/gpt2/modeling_gpt2.py``), else relative to the
-    working directory when under it, else the file name."""
-    absolute = os.path.abspath(path)
-    if os.path.basename(os.path.dirname(absolute)).startswith("ipykernel_"):
-        return "cell"  # a notebook cell (ipykernel names its code after a hash)
-    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
-        if marker in absolute:
-            return absolute.split(marker, 1)[1]
-    cwd = os.getcwd() + os.sep
-    if absolute.startswith(cwd):
-        return absolute[len(cwd) :]
-    return os.path.basename(absolute)
-
-
-def _frames(trace: str) -> list[tuple[str, int, str, str]]:
-    """``(file, line, function, code)`` per frame of a ``stack_trace``, outermost first."""
-    frames: list[tuple[str, int, str, str]] = []
-    lines = trace.splitlines()
-    for i, line in enumerate(lines):
-        match = _FRAME.match(line)
-        if match is None:
-            continue
-        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        if _FRAME.match(code):
-            code = ""
-        frames.append((match["file"], int(match["line"]), match["name"], code))
-    return frames
-
-
-def outer_frames(graph_module: torch.fx.GraphModule) -> list[tuple[str, int, str, str]]:
-    """The frames of the first node stack trace of the graph that has user code, from its
-    outermost user frame down (or, for a graph of torch modules only, from its outermost
-    frame outside Dynamo's wrappers); ``[]`` when no node has a stack trace."""
-    fallback: list[tuple[str, int, str, str]] = []
-    for node in graph_module.graph.nodes:
-        frames = _frames(node.meta.get("stack_trace") or "")
-        for i, frame in enumerate(frames):
-            if is_users_file(frame[0]):
-                return frames[i:]
-        if not fallback:
-            fallback = [f for f in frames if not is_dynamo_file(f[0])]
-    return fallback
-
-
-def outer_module(graph_module: torch.fx.GraphModule) -> str:
-    """``"Sequential.forward"``: the outermost module of the graph's first node that
-    records its module stack (a graph of torch modules has no user frames); ``""``."""
-    for node in graph_module.graph.nodes:
-        stack = node.meta.get("nn_module_stack")
-        if stack:
-            _, module_class = next(iter(stack.values()))
-            return f"{getattr(module_class, '__name__', module_class)}.forward"
-    return ""
-
-
-def user_source(node: torch.fx.Node) -> str:
-    """Where ``node`` comes from in the user's code: ``"model.py:12 in forward: y = f(x)"``.
-
-    The innermost frame of the node's ``stack_trace`` (Dynamo records it; the lowering
-    keeps it) that is not inside torch or ortlab, so a ``F.linear`` call points at the
-    user's line, not at ``torch/nn/functional.py``. ``""`` when the node has none.
-    """
-    trace = node.meta.get("stack_trace")
-    if not trace:
-        return ""
-    frames = _frames(trace)
-    if not frames:
-        return ""
-    outside = [f for f in frames if is_users_file(f[0])]
-    file, line, name, code = (outside or frames)[-1]
-    text = f"{short_path(file)}:{line} in {function_name(name)}"
-    return f"{text}: {code}" if code else text
-
-
-def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
-    for item in excluded:
-        if item is target:
-            return True
-        if _torch_private.is_op_overload(target):
-            if item is target.overloadpacket:
-                return True
-            if isinstance(item, str):
-                text = item.replace("::", ".").removeprefix("torch.ops.")
-                full = target_text(target)
-                packet = full.rsplit(".", 1)[0]
-                if text in (full, packet):
-                    return True
-        elif isinstance(item, str) and item == target_text(target):
-            return True
-    return False
+# -- helpers the rules share -------------------------------------------------------------
+def _is_overload(node: torch.fx.Node) -> bool:
+    return _torch_private.is_op_overload(node.target)
 
 
 def _tensors_in(value: Any) -> list[Any]:
@@ -225,29 +133,330 @@ def _schema_arg(node: torch.fx.Node, name: str) -> Any:
     return None
 
 
-def _dropout_p(node: torch.fx.Node) -> Any:
-    """The ``dropout_p`` argument of an attention op (``None`` when it has none)."""
-    return _schema_arg(node, _SDPA_DROPOUT_KWARG)
+def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
+    for item in excluded:
+        if item is target:
+            return True
+        if _torch_private.is_op_overload(target):
+            if item is target.overloadpacket:
+                return True
+            if isinstance(item, str):
+                text = item.replace("::", ".").removeprefix("torch.ops.")
+                full = target_text(target)
+                packet = full.rsplit(".", 1)[0]
+                if text in (full, packet):
+                    return True
+        elif isinstance(item, str) and item == target_text(target):
+            return True
+    return False
+
+
+def used_outputs(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The outputs of a multi-output node that the graph reads (``getitem`` users that
+    are used themselves); ``None`` for a single-output node."""
+    if not isinstance(node.meta.get("val"), (list, tuple)):
+        return None
+    return tuple(
+        sorted(
+            int(user.args[1])  # type: ignore[arg-type]
+            for user in node.users
+            if user.target is operator.getitem and user.users
+        )
+    )
+
+
+_ASSERTIONS = frozenset(
+    {
+        torch.ops.aten._assert_scalar.default,
+        torch.ops.aten._assert_async.default,
+        torch.ops.aten._assert_async.msg,
+        torch.ops.aten._assert_tensor_metadata.default,
+        torch.ops.aten.sym_constrain_range_for_size.default,
+        torch.ops.aten.sym_constrain_range.default,
+    }
+)
+
+
+# -- the rules, in the order they are listed in RULES -------------------------------------
+def _refused_by_onnxruntime(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """ONNX Runtime refused this node (its session could not be built, or its first run
+    failed) when the node's partition was built: the partition was split around it, so
+    the node runs in PyTorch and the rest of the partition in ONNX Runtime."""
+    error = facts.refused.get(node.name)
+    if error is None:
+        return None
+    return Decision(
+        False,
+        f"ONNX Runtime refused it ({error}); it runs in PyTorch, and the rest of its "
+        "partition in ONNX Runtime. Report the translation, or supply a correct one "
+        "with OrtBackendOptions(custom_translations={op: onnxscript_function})",
+    )
+
+
+def _excluded_by_user(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """The user listed the op in ``OrtBackendOptions.excluded_ops``."""
+    if facts.excluded_ops and _matches_excluded(node.target, facts.excluded_ops):
+        return Decision(False, "excluded by OrtBackendOptions.excluded_ops")
+    return None
+
+
+def _runtime_assertion(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Assertions on sizes and scalars (``_assert_scalar``, ``sym_constrain_range``...)
+    guard Python state: they stay in PyTorch."""
+    if node.target in _ASSERTIONS:
+        return Decision(False, "runtime assertion on Python/symbolic values; stays in PyTorch")
+    return None
+
+
+def _higher_order_op(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Higher-order operators (``cond``, ``scan``, ``wrap``...) hold nested graphs that a
+    partition-level translation does not take."""
+    if _torch_private.is_higher_order_op(node.target):
+        return Decision(
+            False,
+            f"higher-order operator {getattr(node.target, '__name__', node.target)!s} "
+            "(control flow or a nested graph) has no partition-level ONNX translation",
+        )
+    return None
+
+
+def _no_metadata(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A node without ``meta["val"]`` (shape and dtype) cannot be exported."""
+    if "val" not in node.meta:
+        return Decision(False, "no shape/dtype metadata (meta['val']) to export it with")
+    return None
+
+
+def _tensor_to_python(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """``.item()`` (``_local_scalar_dense``) reads a tensor into a Python number, which
+    the code after it uses in Python."""
+    if node.target is torch.ops.aten._local_scalar_dense.default:
+        return Decision(
+            False, "reads a tensor into a Python number (.item()); stays in PyTorch"
+        )
+    return None
+
+
+def _python_scalar(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A node whose result is not a tensor (``SymInt`` size arithmetic) stays in Python."""
+    value = node.meta["val"]
+    if not _is_tensor_result(value):
+        return Decision(
+            False,
+            f"computes a Python/symbolic scalar ({type(value).__name__}); size arithmetic "
+            "stays in Python",
+        )
+    return None
+
+
+def _output_selection(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """``getitem`` selects one output of a multi-output node: it goes where its producer
+    goes."""
+    if node.target is not operator.getitem:
+        return None
+    producer = node.args[0]
+    if not (isinstance(producer, torch.fx.Node) and producer.op == "call_function"):
+        return Decision(False, "selects from a value produced outside a partition")
+    assert facts.verdict_of is not None
+    if facts.verdict_of(producer).supported:
+        return Decision(True, "selects an output of a supported node")
+    return Decision(False, "selects an output of a node that runs in PyTorch")
+
+
+def _input_alias_output(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A view chain from a graph input to a graph output stays in PyTorch, so that the
+    output shares the input's memory as in eager (ONNX Runtime returns new tensors).
+    Only for graphs lowered without AOTAutograd, which handles aliases itself."""
+    reason = facts.input_aliases.get(node.name)
+    return None if reason is None else Decision(False, reason)
+
+
+def _storage_reader(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Ops that read their input's memory rather than its values (``as_strided``) on an
+    input whose strides the ONNX value cannot honour (a non-contiguous graph input,
+    which ONNX Runtime receives as a contiguous copy), and the views leading to them."""
+    reason = facts.storage_readers.get(node.name)
+    return None if reason is None else Decision(False, reason)
+
+
+def _in_place(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Ops that mutate an input in place: ONNX values are immutable."""
+    if _is_overload(node) and node.target._schema.is_mutable:  # type: ignore[union-attr]
+        return Decision(
+            False,
+            "mutates an input in place; ONNX values are immutable, so it runs in PyTorch",
+        )
+    return None
+
+
+def _unsupported_dtype(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A value of a dtype that cannot cross into ONNX Runtime (complex, float8...; see
+    ``_dtypes.DTYPES``)."""
+    for arg in (*node.args, *node.kwargs.values(), node.meta["val"]):
+        args = arg if isinstance(arg, (list, tuple)) else (arg,)
+        for a in args:
+            meta = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+            for t in _tensors_in(meta):
+                if not _dtypes.supported(t.dtype):
+                    return Decision(False, _dtypes.unsupported_reason(t.dtype))
+    return None
+
+
+def _random(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Random ops (``Tag.nondeterministic_seeded``) stay in PyTorch, whose RNG ONNX
+    Runtime does not reproduce; attention (``scaled_dot_product_*``) carries the tag but is
+    deterministic when its ``dropout_p`` is 0."""
+    if not (_is_overload(node) and torch.Tag.nondeterministic_seeded in node.target.tags):  # type: ignore[union-attr]
+        return None
+    name = node.target.__name__  # type: ignore[union-attr]
+    if "scaled_dot_product" in name and _schema_arg(node, "dropout_p") == 0:
+        return None
+    return Decision(
+        False,
+        "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from PyTorch's, "
+        "so it runs in PyTorch to keep results reproducible",
+    )
+
+
+def _batch_norm_training(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Batch norm in training mode: its translation does not reproduce PyTorch's batch
+    statistics (ortlab's lowerings decompose it; this catches graphs that kept it)."""
+    if (
+        _is_overload(node)
+        and "batch_norm" in node.target.__name__  # type: ignore[union-attr]
+        and _schema_arg(node, "training") is True
+    ):
+        return Decision(
+            False,
+            "batch norm in training mode: the ONNX translation does not reproduce "
+            "PyTorch's batch statistics (measured wrong); runs in PyTorch",
+        )
+    return None
+
+
+def _no_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """No ONNX translation is registered for the op (in torchlib or the user's
+    ``custom_translations``)."""
+    if facts.registry.is_registered(node.target):
+        return None
+    op = target_text(node.target)
+    return Decision(
+        False,
+        f"no ONNX translation of {op} in the exporter's registry (onnxscript torchlib); "
+        "it runs in PyTorch. To run it in ONNX Runtime, write one in onnxscript and pass "
+        "OrtBackendOptions(custom_translations={torch.ops."
+        + op.rsplit(".", 1)[0]
+        + ": my_onnxscript_function})",
+    )
+
+
+def _conformance_finding(node: torch.fx.Node, facts: Facts) -> _conformance.Finding:
+    if not _is_overload(node):
+        return _conformance.NOT_VERIFIED
+    return _conformance.lookup_node(node, target_text(node.target), facts.conformance)
+
+
+def _disagrees_with_pytorch(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """The conformance table found that the op's translation disagrees with PyTorch, for
+    this dtype and form, on an output the graph reads (an unused auxiliary output that is
+    wrong does not matter)."""
+    finding = _conformance_finding(node, facts)
+    if not finding.fails_for(used_outputs(node)):
+        return None
+    key = _conformance.node_key(node)
+    where = f" for {key[0]}, {key[1]} inputs" if key else ""
+    return Decision(
+        False,
+        f"the ONNX translation disagrees with PyTorch{where} ({finding.reason}; found by "
+        "ortlab's conformance suite); it runs in PyTorch",
+    )
+
+
+def _verified(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """The translation was verified against PyTorch by the conformance suite for this
+    dtype and form: it runs in ONNX Runtime."""
+    finding = _conformance_finding(node, facts)
+    if finding.status != "verified":
+        return None
+    dtype, form = _conformance.node_key(node) or ("", "")
+    return Decision(
+        True,
+        f"translated by the exporter's registry and verified against PyTorch "
+        f"({dtype}, {form}; {finding.samples} sample(s))",
+    )
+
+
+def _translated(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A registered translation that conformance never sampled for this dtype and form:
+    it runs in ONNX Runtime, and the verdict says it is not verified."""
+    key = _conformance.node_key(node)
+    what = f"{key[0]}, {key[1]} inputs" if key else "this dtype"
+    return Decision(
+        True,
+        f"translated by the exporter's registry (torchlib); not verified against PyTorch "
+        f"for {what}",
+    )
+
+
+def _partition_too_small(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """A supported node whose partition would be smaller than ``min_partition_size``
+    stays in PyTorch (a tiny partition's call costs more than it runs)."""
+    size = facts.too_small.get(node.name)
+    if size is None:
+        return None
+    return Decision(
+        False,
+        f"supported, but its partition would have {size} node(s), fewer than "
+        f"min_partition_size={facts.min_partition_size}; stays in PyTorch",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("refused-by-onnxruntime", _refused_by_onnxruntime, stage="session"),
+    Rule("excluded-by-user", _excluded_by_user),
+    Rule("runtime-assertion", _runtime_assertion),
+    Rule("higher-order-op", _higher_order_op),
+    Rule("no-metadata", _no_metadata),
+    Rule("tensor-to-python", _tensor_to_python),
+    Rule("python-scalar", _python_scalar),
+    Rule("output-selection", _output_selection),
+    Rule("input-alias-output", _input_alias_output),
+    Rule("storage-reader", _storage_reader),
+    Rule("in-place", _in_place),
+    Rule("unsupported-dtype", _unsupported_dtype),
+    Rule("random", _random),
+    Rule("batch-norm-training", _batch_norm_training),
+    Rule("no-translation", _no_translation),
+    Rule("disagrees-with-pytorch", _disagrees_with_pytorch),
+    Rule("verified", _verified),
+    Rule("translated", _translated),
+    Rule("partition-too-small", _partition_too_small, stage="partition"),
+)
+"""Every support rule, in the order they are taken (see the module's NOTE)."""
+
+_BY_NAME = {r.name: r for r in RULES}
+
+GRAPH_NOT_COMPILED = "graph-not-compiled"
+"""The rule name on the verdicts of a graph ortlab could not compile at all (it runs in
+PyTorch as Dynamo handed it over; see :func:`graph_not_compiled`)."""
+
+
+def rule(name: str) -> Rule:
+    """The rule called ``name``."""
+    return _BY_NAME[name]
 
 
 class OrtOperatorSupport(OperatorSupportBase):
     """Operator support for ``CapabilityBasedPartitioner`` that also explains itself.
 
-    ``verdict(node)`` returns a :class:`~ortlab.backend.records.Verdict`; verdicts are
-    cached per node, so ``getitem`` can follow its producer's verdict.
+    ``verdict(node)`` evaluates :data:`RULES` once per node (node stage) and returns a
+    :class:`~ortlab.backend.records.Verdict` naming the rule that decided;
+    :meth:`after_partitioning` applies the partition stage.
     """
 
-    def __init__(
-        self,
-        registry: Any,
-        *,
-        excluded_ops: Iterable[Any] = (),
-        forced_eager: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, facts: Facts) -> None:
         super().__init__()
-        self._registry = registry
-        self._excluded = tuple(excluded_ops)
-        self._forced = dict(forced_eager or {})
+        self.facts = dataclasses.replace(facts, verdict_of=self.verdict)
         self._verdicts: dict[torch.fx.Node, records.Verdict] = {}
 
     def is_node_supported(
@@ -259,93 +468,72 @@ class OrtOperatorSupport(OperatorSupportBase):
         """Decides (once) whether ``node`` may run in ONNX Runtime, and why."""
         cached = self._verdicts.get(node)
         if cached is None:
-            supported, reason = self._decide(node)
+            name, decision = self._decide(node)
             cached = records.Verdict(
-                node.name, target_text(node.target), supported, reason, user_source(node)
+                node.name,
+                target_text(node.target),
+                decision.supported,
+                decision.reason,
+                _source.user_source(node),
+                rule=name,
             )
             self._verdicts[node] = cached
         return cached
 
-    def _decide(self, node: torch.fx.Node) -> tuple[bool, str]:
-        target = node.target
-        if node.name in self._forced:
-            return False, self._forced[node.name]
-        if self._excluded and _matches_excluded(target, self._excluded):
-            return False, "excluded by OrtBackendOptions.excluded_ops"
-        if target in _ASSERTIONS:
-            return False, "runtime assertion on Python/symbolic values; stays in PyTorch"
-        if _torch_private.is_higher_order_op(target):
-            return False, (
-                f"higher-order operator {getattr(target, '__name__', target)!s} (control "
-                "flow or a nested graph) has no partition-level ONNX translation"
-            )
-        if "val" not in node.meta:
-            return False, "no shape/dtype metadata (meta['val']) to export it with"
-        value = node.meta["val"]
-        if target is torch.ops.aten._local_scalar_dense.default:
-            return False, "reads a tensor into a Python number (.item()); stays in PyTorch"
-        if not _is_tensor_result(value):
-            return False, (
-                f"computes a Python/symbolic scalar ({type(value).__name__}); size "
-                "arithmetic stays in Python"
-            )
-        if target is operator.getitem:
-            producer = node.args[0]
-            if isinstance(producer, torch.fx.Node) and producer.op == "call_function":
-                if self.verdict(producer).supported:
-                    return True, "selects an output of a supported node"
-                return False, "selects an output of a node that runs in PyTorch"
-            return False, "selects from a value produced outside a partition"
-        if _torch_private.is_op_overload(target) and target._schema.is_mutable:
-            return False, (
-                "mutates an input in place; ONNX values are immutable, so it runs in PyTorch"
-            )
-        for arg in (*node.args, *node.kwargs.values(), value):
-            args = arg if isinstance(arg, (list, tuple)) else (arg,)
-            for a in args:
-                meta = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-                for t in _tensors_in(meta):
-                    if not _dtypes.supported(t.dtype):
-                        return False, _dtypes.unsupported_reason(t.dtype)
-        if (
-            _torch_private.is_op_overload(target)
-            and torch.Tag.nondeterministic_seeded in target.tags
-        ):
-            if "scaled_dot_product" in target.__name__ and _dropout_p(node) == 0:
-                pass  # attention without dropout is deterministic
-            else:
-                return False, (
-                    "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from "
-                    "PyTorch's, so it runs in PyTorch to keep results reproducible"
-                )
-        if (
-            _torch_private.is_op_overload(target)
-            and "batch_norm" in target.__name__
-            and _schema_arg(node, "training") is True
-        ):
-            return False, (
-                "batch norm in training mode: the ONNX translation does not reproduce "
-                "PyTorch's batch statistics (measured wrong); runs in PyTorch"
-            )
-        if _torch_private.is_op_overload(target) and target.__name__.startswith(
-            _PLACEHOLDER_AUX_OUTPUTS
-        ):
-            used = sorted(
-                int(user.args[1])  # type: ignore[arg-type]
-                for user in node.users
-                if user.target is operator.getitem and user.args[1] != 0 and user.users
-            )
-            if used:
-                return False, (
-                    f"outputs {used} (e.g. logsumexp, saved for backward) are used, but the "
-                    "ONNX translation returns placeholders for them; runs in PyTorch"
-                )
-        if not self._registry.is_registered(target):
-            return False, (
-                "no ONNX translation registered in the exporter (onnxscript torchlib); "
-                "register one or keep it in PyTorch"
-            )
-        return True, "translated by the exporter's registry (torchlib)"
+    def _decide(self, node: torch.fx.Node) -> tuple[str, Decision]:
+        for candidate in RULES:
+            if candidate.stage == "partition":
+                continue
+            decision = candidate.decide(node, self.facts)
+            if decision is not None:
+                return candidate.name, decision
+        raise AssertionError("the last node rule always decides")  # pragma: no cover
+
+    def after_partitioning(
+        self, verdicts: list[records.Verdict], too_small: Mapping[str, int]
+    ) -> list[records.Verdict]:
+        """The verdicts once the partitioner grouped the supported nodes: the partition
+        stage's rules re-decide supported nodes (e.g. a group below
+        ``min_partition_size``)."""
+        if not too_small:
+            return verdicts
+        self.facts.too_small = dict(too_small)
+        nodes = {n.name: n for n in self._verdicts}
+        decided = []
+        for verdict in verdicts:
+            node = nodes.get(verdict.node)
+            if verdict.supported and node is not None:
+                for candidate in RULES:
+                    if candidate.stage != "partition":
+                        continue
+                    decision = candidate.decide(node, self.facts)
+                    if decision is not None:
+                        verdict = dataclasses.replace(
+                            verdict,
+                            supported=decision.supported,
+                            reason=decision.reason,
+                            rule=candidate.name,
+                        )
+                        break
+            decided.append(verdict)
+        return decided
+
+
+def graph_not_compiled(gm: torch.fx.GraphModule, error: str) -> list[records.Verdict]:
+    """The verdicts of a graph ortlab could not compile (it runs in PyTorch whole)."""
+    reason = f"ortlab could not compile this graph ({error}); it runs in PyTorch"
+    return [
+        records.Verdict(
+            n.name,
+            target_text(n.target),
+            False,
+            reason,
+            _source.user_source(n),
+            rule=GRAPH_NOT_COMPILED,
+        )
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+    ]
 
 
 def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:

@@ -108,6 +108,9 @@ class Verdict:
     source: str = ""
     """Where the node comes from in the user's code, ``"file.py:12 in forward: y = f(x)"``
     (the innermost frame of its stack trace outside torch itself); ``""`` when unknown."""
+    rule: str = ""
+    """The support rule that decided (``"verified"``, ``"no-translation"``...; see
+    ``ortlab.backend.support_rules()``)."""
 
     def __repr__(self) -> str:
         mark = "ORT" if self.supported else "eager"
@@ -116,8 +119,8 @@ class Verdict:
 
     def _repr_html_(self) -> str:
         return _html.table(
-            ("node", "target", "supported", "reason", "source"),
-            [(self.node, self.target, self.supported, self.reason, self.source)],
+            ("node", "target", "supported", "rule", "reason", "source"),
+            [(self.node, self.target, self.supported, self.rule, self.reason, self.source)],
         )
 
 
