@@ -536,6 +536,15 @@ def graph_not_compiled(gm: torch.fx.GraphModule, error: str) -> list[records.Ver
     ]
 
 
+def _returns_alias(target: Any) -> bool:
+    """Whether an op's result is its first argument's memory: a view (``t``, ``slice``)
+    or an in-place op (``copy_`` returns the tensor it wrote)."""
+    if not _torch_private.is_op_overload(target):
+        return False
+    returns = target._schema.returns
+    return bool(target.is_view or (returns and returns[0].alias_info is not None))
+
+
 def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
     """View chains from a graph input to a graph output, which must stay in PyTorch so the
     output keeps aliasing the input (ORT would return a copy).
@@ -550,8 +559,7 @@ def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
             aliases.add(node)
         elif (
             node.op == "call_function"
-            and _torch_private.is_op_overload(node.target)
-            and node.target.is_view
+            and _returns_alias(node.target)
             and node.args
             and node.args[0] in aliases
         ):

@@ -469,9 +469,18 @@ def functionalized(fn: Callable[..., Any]) -> Callable[..., Any]:
     value (traced, at the end of the graph). A metadata mutation of an input
     (``x.t_()``, ``set_``) raises ``NotImplementedError``: the caller falls back to
     AOTAutograd, which handles it.
+
+    An output that is a view of a mutated input (``x.mul_(2); return x[:, :2]``) is
+    regenerated from the input after its ``copy_``, with the view's size, strides and
+    offset, so it shares the input's memory as in eager (functionalized, it would be a
+    slice of the new value: a fresh tensor once ONNX Runtime computes it)::
+
+        before:  mul = x * 2 ; out = slice(mul) ; copy_(x, mul)          out: new memory
+        after:   mul = x * 2 ; copy_(x, mul) ; out = as_strided(x, ...)  out: a view of x
     """
     import torch.utils._pytree as pytree
     from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
 
     def inner(*args: Any) -> Any:
         functionalize = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
@@ -482,6 +491,23 @@ def functionalized(fn: Callable[..., Any]) -> Callable[..., Any]:
                 for a in args
             ]
             outputs = fn(*f_args)
+            storages = {
+                StorageWeakRef(f_arg.untyped_storage()): position
+                for position, f_arg in enumerate(f_args)
+                if isinstance(f_arg, FunctionalTensor)
+            }
+            views: list[tuple[int, int, Any]] = []  # (output leaf, input position, view)
+            for index, leaf in enumerate(pytree.tree_leaves(outputs)):
+                if isinstance(leaf, FunctionalTensor):
+                    position = storages.get(StorageWeakRef(leaf.untyped_storage()))
+                    if position is not None:
+                        views.append(
+                            (
+                                index,
+                                position,
+                                (leaf.size(), leaf.stride(), leaf.storage_offset()),
+                            )
+                        )
             for position, (arg, f_arg) in enumerate(zip(args, f_args)):
                 if not isinstance(f_arg, FunctionalTensor):
                     continue
@@ -501,6 +527,13 @@ def functionalized(fn: Callable[..., Any]) -> Callable[..., Any]:
             outputs = pytree.tree_map_only(FunctionalTensor, unwrap, outputs)
         for arg, value in mutated:  # traced as copy_(placeholder, new value)
             arg.copy_(value)
+        mutated_inputs = {id(arg) for arg, _ in mutated}
+        if views and mutated_inputs:
+            leaves, spec = pytree.tree_flatten(outputs)
+            for index, position, (size, stride, offset) in views:
+                if id(args[position]) in mutated_inputs:
+                    leaves[index] = args[position].as_strided(size, stride, offset)
+            outputs = pytree.tree_unflatten(leaves, spec)
         return outputs
 
     return inner
