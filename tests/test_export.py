@@ -66,3 +66,27 @@ def test_direct_translation_failure_uses_the_retracing_exporter(monkeypatch, ops
     # The re-traced model targets the same opset as the direct translation would.
     expected = opset or _torch_private.default_opset()
     assert {o.version for o in session.model.opset_import if o.domain == ""} == {expected}
+
+
+def test_a_partition_that_translates_to_no_node_still_imports_the_default_opset():
+    # mean over the one dim of a 0-d tensor is the tensor itself: torchlib emits no node,
+    # and ONNX Runtime refused the model ("Missing opset in the model").
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.tensor(2.5)
+    mean = graph.call_function(torch.ops.aten.mean.dim, (x, [0], True))
+    mean.meta["val"] = torch.tensor(2.5)
+    graph.output(mean)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    exported = _export.export_partition(
+        gm, name="p", args=[torch.tensor(2.5)], static=True, frozen={}, transforms=()
+    )
+    assert exported.method == "direct"
+    assert {o.domain: o.version for o in exported.proto.opset_import}[""] == (
+        _torch_private.default_opset()
+    )
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(exported.proto.SerializeToString())
+    (out,) = session.run(None, {session.get_inputs()[0].name: torch.tensor(2.5).numpy()})
+    assert float(out) == 2.5

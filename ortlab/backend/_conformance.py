@@ -33,6 +33,8 @@ from typing import Any, Literal
 import torch
 import torch.fx
 
+from ortlab.backend import _torch_private
+
 TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance.json")
 """Where the table lives (package data)."""
 
@@ -108,10 +110,8 @@ def _tensor_inputs(node: torch.fx.Node) -> Iterator[torch.Tensor]:
 
 
 def _is_plain(value: torch.Tensor) -> bool:
-    try:
-        return bool(value.is_contiguous()) and int(value.storage_offset()) == 0
-    except Exception:  # symbolic strides that cannot be decided: not plain
-        return False
+    # Without guards: is_contiguous() on a symbolic fake tensor specialises its sizes.
+    return _torch_private.surely_plain(value)
 
 
 def node_key(node: torch.fx.Node) -> tuple[str, Form] | None:

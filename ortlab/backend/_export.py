@@ -214,6 +214,11 @@ def _translate_direct(
     model = _torch_private.translate_fx_graph(
         work, name=name, opset_version=opset_version, registry=registry
     )
+    if "" not in model.opset_imports:
+        # Nodes that all translate to nothing (a mean over the one dim of a 0-d tensor)
+        # leave no node to import the default opset, and ONNX Runtime refuses a model
+        # without one ("Missing opset in the model").
+        model.opset_imports[""] = opset_version or _torch_private.default_opset()
     if frozen:
         _freeze_inputs(model, frozen)
     _passes.fold_transpose_into_gemm(model)

@@ -456,6 +456,40 @@ def is_higher_order_op(target: Any) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
 
+def surely_plain(value: torch.Tensor) -> bool:
+    """Whether a (fake) tensor is provably contiguous with storage offset 0, without
+    adding a guard on its symbolic sizes (``Tensor.is_contiguous()`` on a symbolic fake
+    tensor guards them: the graph would recompile for every new size)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if not statically_known_true(value.storage_offset() == 0):
+        return False
+    expected: Any = 1
+    for size, stride in reversed(list(zip(value.shape, value.stride()))):
+        if not statically_known_true(size == 1) and not statically_known_true(
+            stride == expected
+        ):
+            return False
+        expected = expected * size
+    return True
+
+
+def nodes_as_graph_module(
+    graph_module: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]
+) -> tuple[torch.fx.GraphModule, tuple[torch.fx.Node, ...]]:
+    """A GraphModule of copies of ``nodes`` (topologically sorted and convex, e.g. a
+    contiguous run of the graph's order), whose placeholders stand for the values they
+    read from outside (with those values' metadata); returns it and the outside nodes in
+    placeholder order. ``CapabilityBasedPartitioner`` fuses partitions with the same
+    function (``fuse_as_graphmodule``, not covered by torch's compatibility promise)."""
+    from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
+
+    sub, inputs, _ = fuse_as_graphmodule(
+        graph_module, list(nodes), "part", always_return_tuple=True
+    )
+    return sub, tuple(inputs)
+
+
 def functionalized(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run under functionalization, for tracing with make_fx (AOTAutograd's way).
 
