@@ -231,3 +231,19 @@ def test_every_verdict_names_the_rule_that_decided(registry):
         "aten.sin.default": "excluded-by-user",
         "aten.add_.Tensor": "in-place",
     }
+
+
+def test_plainness_is_decided_without_guards():
+    """Tensor.is_contiguous() on a symbolic fake tensor can guard its sizes: keying nodes
+    for conformance once made a dynamic encoder layer recompile at its second batch size
+    (tests/test_fusions.py's later-size test caught it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    x = mode.from_tensor(torch.randn(4, 6), static_shapes=False)
+    assert _torch_private.surely_plain(x)
+    assert not _torch_private.surely_plain(x.t())
+    assert not _torch_private.surely_plain(x[1:])
+    assert not env.guards

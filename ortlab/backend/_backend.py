@@ -374,6 +374,7 @@ class OrtBackend:
                     tuple(options.custom_translations or ()),  # (op, function) pairs
                 ),
                 history=self._partition_event,
+                split=self._partition_split,
             )
         return self._context
 
@@ -423,6 +424,29 @@ class OrtBackend:
                 partition=partition.name,
                 session_index=None if session is None else session.index,
                 detail=detail,
+            )
+        )
+
+    def _partition_split(self, split: _executor.Split) -> None:
+        """Records a partition split around nodes ONNX Runtime refused: its parts take
+        its place in the graph's records, the refused nodes' verdicts say why."""
+        parent = split.parent
+        graph = self.graphs[parent.graph_index]
+        position = graph.partitions.index(parent)
+        graph.partitions[position : position + 1] = list(split.children)
+        graph.split_partitions.append(parent)
+        graph.verdicts = _support.refused(graph.verdicts, split.refused)
+        if graph.partitioned is not None:
+            _partition.inline_split(graph.partitioned, parent.name, split.graph_module)
+        parts = ", ".join(child.name for child in split.children)
+        self.timeline.append(
+            records.TimelineEvent(
+                "split",
+                self._graph_runs(),
+                parent.graph_index,
+                partition=parent.name,
+                detail=f"ONNX Runtime refused {', '.join(sorted(split.refused))}; {parts} "
+                f"run in ONNX Runtime ({split.cause})",
             )
         )
 

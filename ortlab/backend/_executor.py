@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
+import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ortlab import errors
 from ortlab.backend import (
@@ -31,8 +34,10 @@ from ortlab.backend import (
     _export,
     _fusions,
     _options,
+    _partition,
     _runtime,
     _session,
+    _split,
     _threads,
     _torch_private,
     records,
@@ -69,6 +74,27 @@ class PartitionContext:
         lambda partition, session, detail: None
     )
     """Told of each session created (``session``) and each fall back (``None``)."""
+    split: Callable[[Split], None] = lambda split: None
+    """Told of each partition split around the nodes ONNX Runtime refused (the backend
+    updates the graph's records)."""
+    lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
+    """Held while a partition of this backend finds or builds a session (export,
+    session creation, splitting): two threads never build the same session twice."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """A partition split around the nodes ONNX Runtime refused (see ``_split``)."""
+
+    parent: records.PartitionRecord
+    graph_module: torch.fx.GraphModule
+    """The parent's graph with the parts that run in ONNX Runtime fused into
+    submodules named as their records, and the refused nodes as plain nodes."""
+    children: tuple[records.PartitionRecord, ...]
+    refused: dict[str, str]
+    """Node name (with the ``getitem``s of refused nodes) -> why ONNX Runtime refused it."""
+    cause: str
+    """What went wrong with the whole partition."""
 
 
 def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
@@ -116,6 +142,9 @@ class OrtPartitionModule:
         self._runners: list[_runtime.OrtRunner] = []
         self._last: _runtime.OrtRunner | None = None
         self._failed = False
+        # Once ONNX Runtime refused some of its nodes: the partition split around them
+        # (parts in ONNX Runtime, the refused nodes in PyTorch), which every call runs.
+        self._split_graph: torch.fx.GraphModule | None = None
         # Frozen placeholder position -> times its tensor changed after being frozen;
         # FREEZE_CHANGE_LIMIT changes thaw it (it is passed as an input from then on).
         self._freeze_changes: dict[int, int] = {}
@@ -124,6 +153,8 @@ class OrtPartitionModule:
         self._output_fx_values, self._single = _output_values(eager)
 
     def __call__(self, *args: Any) -> Any:
+        if self._split_graph is not None:
+            return self._split_graph(*args)
         if self._failed or (
             self._check_requires_grad
             and torch.is_grad_enabled()
@@ -135,6 +166,8 @@ class OrtPartitionModule:
         if runner is None or not runner.matches(args):
             runner = self._find_or_create(args)
             if runner is None:
+                if self._split_graph is not None:
+                    return self._split_graph(*args)
                 self.record.eager_run_count += 1
                 return self.eager(*args)
         start = time.perf_counter()
@@ -149,9 +182,7 @@ class OrtPartitionModule:
                 start = time.perf_counter()
                 outputs = runner.run(args)
         except Exception as e:
-            self._fail(f"ONNX Runtime run failed: {type(e).__name__}: {e}", e)
-            self.record.eager_run_count += 1
-            return self.eager(*args)
+            return self._after_run_error(args, e)
         took = time.perf_counter() - start
         session_record = runner.record
         if session_record.run_count == 0:
@@ -172,21 +203,170 @@ class OrtPartitionModule:
 
     # -- sessions ------------------------------------------------------------------
     def _find_or_create(self, args: Sequence[Any]) -> _runtime.OrtRunner | None:
-        for runner in self._runners:
-            if runner.matches(args):
-                self._last = runner
-                return runner
-        self._retire_stale(args)
+        """The runner for these arguments' schema, made when there is none; ``None``
+        when the partition runs without one from now on (in PyTorch, or split)."""
+        with self._context.lock:
+            if self._split_graph is not None or self._failed:
+                return None
+            for runner in self._runners:
+                if runner.matches(args):
+                    self._last = runner
+                    return runner
+            self._retire_stale(args)
+            try:
+                runner = self._create(args)
+            except Exception as e:
+                self._split_or_fail(args, errors.describe(e), e)
+                return None
+            if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
+                self._runners.pop(0).record.active = False
+            self._runners.append(runner)
+            self._last = runner
+            return runner
+
+    def _after_run_error(self, args: Sequence[Any], error: Exception) -> Any:
+        """ONNX Runtime could not run these arguments. When PyTorch cannot either, the
+        error is the inputs' (an index out of range...): PyTorch's error is raised, as
+        eager raises it, and the partition stays in ONNX Runtime. Otherwise ONNX Runtime
+        is at fault: the partition is split around the nodes it refuses (or runs in
+        PyTorch), and this call's result is PyTorch's."""
+        result = self.eager(*args)  # raises the user's error, as eager would
+        with self._context.lock:
+            if self._split_graph is None and not self._failed:
+                self._split_or_fail(
+                    args, f"ONNX Runtime run failed: {errors.describe(error)}", error
+                )
+        self.record.eager_run_count += 1
+        return result
+
+    def _split_or_fail(self, args: Sequence[Any], message: str, error: Exception) -> None:
+        """Splits the partition around the nodes ONNX Runtime refuses (see ``_split``);
+        when the refusal cannot be pinned on nodes, the partition runs in PyTorch."""
+        if self._context.options.strict:
+            self._fail(message, error)  # raises CompileError
         try:
-            runner = self._create(args)
-        except Exception as e:
-            self._fail(f"{type(e).__name__}: {e}", e)
-            return None
-        if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
-            self._runners.pop(0).record.active = False
-        self._runners.append(runner)
-        self._last = runner
-        return runner
+            search = _split.find_refused(self.eager, args, self._trial)
+        except Exception as e:  # the partition does not run in PyTorch either
+            logger.debug("could not search %s for refused nodes", self.record, exc_info=True)
+            self._fail(f"{message} (no split: {errors.describe(e)})", error)
+            return
+        if not search.refused:
+            self._fail(f"{message} (no split: {search.note})", error)
+            return
+        if all(
+            n.name in search.refused
+            for n in self.eager.graph.nodes
+            if n.op == "call_function" and n.target is not operator.getitem
+        ):
+            self._fail(message, error)  # every node refused: nothing left to split off
+            return
+        self._split_around(search, message)
+
+    def _trial(self, part: torch.fx.GraphModule, args: Sequence[Any]) -> None:
+        """Exports ``part`` of this partition, makes its session and runs it once on
+        ``args`` as the partition's own sessions would (no fusions); raises when any
+        step fails."""
+        options = self._context.options
+        exported = _export.export_partition(
+            part,
+            name=f"{self.record.name}_part",
+            args=args,
+            static=options.dynamic_shapes is False,
+            frozen={},
+            transforms=options.pre_ort_model_transforms or (),
+            opset_version=options.opset_version,
+            registry=self._context.registry,
+            custom_translations=tuple(options.custom_translations or ()),
+            fuse=False,
+        )
+        session = _session.create_session(
+            exported.proto.SerializeToString(),
+            self._providers(args),
+            options.ort_session_options,
+            1,
+        )
+        inputs = tuple(n.meta.get("val") for n in part.graph.nodes if n.op == "placeholder")
+        runner = _runtime.OrtRunner(
+            session,
+            exported.proto,
+            input_fx_values=inputs,
+            output_fx_values=_output_values(part)[0],
+            args=args,
+            frozen={},
+            preallocate_output=False,
+            guaranteed=False,
+        )
+        runner.run(args)
+
+    def _split_around(self, search: _split.Search, cause: str) -> None:
+        """Re-partitions this partition without the refused nodes; every later call runs
+        the result (its parts in ONNX Runtime)."""
+        refused = dict(search.refused)
+        for selection, producer in _split.selections_of(self.eager, list(refused)).items():
+            refused[selection] = refused[producer]
+        work = _export.copy_graph_module(self.eager)
+        result = _partition.partition_graph(work, _NotRefused(refused), min_size=1)
+        split_graph = result.graph_module
+        children = []
+        for index, (name, node_names) in enumerate(result.members):
+            record = records.PartitionRecord(
+                name=f"{self.record.name}_{index}",
+                graph_index=self.record.graph_index,
+                graph_kind=self.record.graph_kind,
+                graph_module=getattr(split_graph, name),
+                node_names=node_names,
+                split_from=self.record.name,
+            )
+            module = OrtPartitionModule(
+                record.graph_module,
+                record,
+                self._context,
+                check_requires_grad=self._check_requires_grad,
+                allow_freeze=self._allow_freeze,
+            )
+            delattr(split_graph, name)
+            setattr(split_graph, record.name, module)
+            for node in split_graph.graph.nodes:
+                if node.op == "call_module" and node.target == name:
+                    node.target = record.name
+            children.append(record)
+        split_graph.recompile()
+        self.clear_sessions()
+        self._split_graph = split_graph
+        kept = len(self.record.node_names) - len(refused)
+        self.record.error = (
+            f"split: ONNX Runtime refused {len(search.refused)} node(s) "
+            f"({', '.join(sorted(search.refused))}); {kept} node(s) run in ONNX Runtime in "
+            f"{len(children)} partition(s) ({search.trials} trials, {search.seconds:.1f} s). "
+            f"First: {cause}"
+        )
+        self._context.split(Split(self.record, split_graph, tuple(children), refused, cause))
+        first = next(iter(search.refused.items()))
+        warnings.warn(
+            f"ortlab: partition {self.record.name} of {self.record.graph_kind} graph "
+            f"{self.record.graph_index}: ONNX Runtime refused {len(search.refused)} of its "
+            f"nodes (node {first[0]}: {first[1]}); they run in PyTorch and the other "
+            f"{kept} node(s) in ONNX Runtime, in {len(children)} partition(s). The reasons "
+            "are on the nodes' verdicts.",
+            errors.FallbackWarning,
+            stacklevel=4,
+        )
+
+    def _providers(self, args: Sequence[Any]) -> list[_session.Provider]:
+        """The execution providers for a session of these arguments (see ``_session``)."""
+        options = self._context.options
+        inferred: tuple[str, ...] = ()
+        if options.infer_execution_providers:
+            inferred = _session.infer_providers_from_values(args) or (
+                _session.infer_providers_from_values(self._output_fx_values)
+            )
+        return _session.select_providers(
+            preferred=options.preferred_execution_providers,  # type: ignore[arg-type]
+            inferred=inferred,
+            default=options.default_execution_providers,  # type: ignore[arg-type]
+            available=_session.available_providers(),
+            warned=self._context.warned_providers,
+        )
 
     def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
         if not (self._allow_freeze and self._context.options.freeze_parameters):
@@ -282,18 +462,7 @@ class OrtPartitionModule:
             time.perf_counter() - start
         )
         dump_files = context.dumper.dump(model_bytes, self.eager, options.dump_path)
-        inferred: tuple[str, ...] = ()
-        if options.infer_execution_providers:
-            inferred = _session.infer_providers_from_values(args) or (
-                _session.infer_providers_from_values(self._output_fx_values)
-            )
-        providers = _session.select_providers(
-            preferred=options.preferred_execution_providers,  # type: ignore[arg-type]
-            inferred=inferred,
-            default=options.default_execution_providers,  # type: ignore[arg-type]
-            available=_session.available_providers(),
-            warned=context.warned_providers,
-        )
+        providers = self._providers(args)
         runner_kwargs: dict[str, Any] = dict(
             input_fx_values=self._input_fx_values,
             output_fx_values=self._output_fx_values,
@@ -537,3 +706,16 @@ class OrtPartitionModule:
             runner.record.active = False
         self._runners.clear()
         self._last = None
+
+
+class _NotRefused(OperatorSupportBase):
+    """Every computing node of a partition but the refused ones (see ``_split``)."""
+
+    def __init__(self, refused: Mapping[str, str]) -> None:
+        super().__init__()
+        self._refused = refused
+
+    def is_node_supported(
+        self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node
+    ) -> bool:
+        return node.op == "call_function" and node.name not in self._refused

@@ -68,3 +68,37 @@ def partition_graph(
         inner = {n.name for n in sub.graph.nodes if n.op not in ("placeholder", "output")}
         by_member[name] = next((m for m in members if inner == set(m)), tuple(sorted(inner)))
     return Partitioning(fused, [(name, by_member[name]) for name in names], too_small)
+
+
+def inline_split(
+    partitioned: torch.fx.GraphModule, name: str, split: torch.fx.GraphModule
+) -> None:
+    """Replaces the call of partition ``name`` in ``partitioned`` by the graph it was
+    split into (its parts' submodules, the refused nodes as plain nodes), in place, so
+    the graph reads as if those nodes had been unsupported from the start::
+
+        before:  x -> fused_0 ------------------------------> y
+        after:   x -> fused_0_0 -> refused_node -> fused_0_1 -> y
+
+    The submodule ``name`` stays an attribute: code compiled before the split calls it
+    (and it runs the split graph).
+    """
+    call = next(
+        n for n in partitioned.graph.nodes if n.op == "call_module" and n.target == name
+    )
+    placeholders = [n for n in split.graph.nodes if n.op == "placeholder"]
+    mapping: dict[torch.fx.Node, Any] = dict(zip(placeholders, call.args))
+    with partitioned.graph.inserting_before(call):
+        result = partitioned.graph.graph_copy(split.graph, mapping)
+    for node in split.graph.nodes:
+        if node.op == "call_module":
+            setattr(partitioned, str(node.target), getattr(split, str(node.target)))
+    if isinstance(result, (tuple, list)):
+        for user in list(call.users):
+            assert user.target is operator.getitem
+            user.replace_all_uses_with(result[user.args[1]])  # type: ignore[index]
+            partitioned.graph.erase_node(user)
+    else:
+        call.replace_all_uses_with(result)
+    partitioned.graph.erase_node(call)
+    partitioned.recompile()

@@ -519,6 +519,34 @@ class OrtOperatorSupport(OperatorSupportBase):
         return decided
 
 
+def refused(
+    verdicts: Iterable[records.Verdict], errors_by_node: Mapping[str, str]
+) -> list[records.Verdict]:
+    """``verdicts`` with those of the nodes ONNX Runtime refused decided again by the
+    session-stage rule (see ``_split``)."""
+    facts = Facts(registry=None, refused=errors_by_node)
+    decided = []
+    for verdict in verdicts:
+        if verdict.node in errors_by_node:
+            decision = _refused_by_onnxruntime(_NamedNode(verdict.node), facts)  # type: ignore[arg-type]
+            assert decision is not None
+            verdict = dataclasses.replace(
+                verdict,
+                supported=False,
+                reason=decision.reason,
+                rule="refused-by-onnxruntime",
+            )
+        decided.append(verdict)
+    return decided
+
+
+@dataclasses.dataclass(frozen=True)
+class _NamedNode:
+    """Stands for a node where a rule reads its name only."""
+
+    name: str
+
+
 def graph_not_compiled(gm: torch.fx.GraphModule, error: str) -> list[records.Verdict]:
     """The verdicts of a graph ortlab could not compile (it runs in PyTorch whole)."""
     reason = f"ortlab could not compile this graph ({error}); it runs in PyTorch"

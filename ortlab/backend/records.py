@@ -310,6 +310,9 @@ class PartitionRecord:
     thawed_inputs: tuple[str, ...] = ()
     """Placeholders ``freeze_parameters`` stopped freezing because their tensor kept
     changing; they are passed to ONNX Runtime as inputs."""
+    split_from: str | None = None
+    """The partition this one was split from, around nodes ONNX Runtime refused (they run
+    in PyTorch; the graph's ``split_partitions`` keeps the original's record)."""
 
     @property
     def state(self) -> str:
@@ -378,6 +381,10 @@ class GraphRecord:
     partitioned: torch.fx.GraphModule | None = None
     """The graph after partitioning: ``fused_*`` submodules run in ONNX Runtime."""
     partitions: list[PartitionRecord] = dataclasses.field(default_factory=list)
+    """The partitions the graph runs (one that was split is replaced by its parts)."""
+    split_partitions: list[PartitionRecord] = dataclasses.field(default_factory=list)
+    """Partitions split around nodes ONNX Runtime refused, as they were (their ``error``
+    says what was refused); their parts are in ``partitions``."""
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds per graph-level step, keys from :data:`GRAPH_STEPS`."""
@@ -504,7 +511,7 @@ class RunEvent:
     outputs: tuple[Any, ...]
 
 
-TIMELINE_KINDS = ("graph", "session", "fallback")
+TIMELINE_KINDS = ("graph", "session", "fallback", "split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -536,6 +543,8 @@ class TimelineEvent:
         where = f"graph {self.graph_index} {self.partition}"
         if self.kind == "session":
             return f"{where}: session {self.session_index} created for {self.detail}"
+        if self.kind == "split":
+            return f"{where} split, its refused nodes in PyTorch: {self.detail}"
         return f"{where} fell back to PyTorch: {self.detail}"
 
     def __repr__(self) -> str:
