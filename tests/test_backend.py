@@ -84,7 +84,7 @@ def test_a_make_fx_fallback_that_dynamo_restarts_warns_once(monkeypatch):
     from torch._dynamo import exc
 
     _plant_lowering_failure(monkeypatch, "lower_to_aten")
-    real = OrtBackend._compile_with_aot
+    real = OrtBackend.lower_with_aot
     calls = []
 
     def restarting(self, *args, **kwargs):
@@ -93,7 +93,7 @@ def test_a_make_fx_fallback_that_dynamo_restarts_warns_once(monkeypatch):
             raise exc.TensorifyScalarRestartAnalysis("planted restart")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(OrtBackend, "_compile_with_aot", restarting)
+    monkeypatch.setattr(OrtBackend, "lower_with_aot", restarting)
     compiled, caught = _compile_and_check(Net(), torch.randn(3, 8))
     assert len(calls) == 2
     (warning,) = caught
@@ -272,7 +272,7 @@ def test_timeline_shows_each_graph_new_or_reused_and_the_sessions_it_made(capsys
     ]
     assert backend.timeline[4].detail.startswith("recompile of forward")
     session = backend.timeline[1]
-    assert session.partition == "fused_0" and session.session_index == 0
+    assert session.partition_name == "fused_0" and session.session_index == 0
     assert "float32" in backend.timeline[1].detail
 
 

@@ -1,16 +1,15 @@
 """OrtBackend: the ``"ortlab"`` torch.compile backend, its instance cache and registration.
 
-# NOTE: the path of one graph, and where it falls back (never an exception out of
-# torch.compile because of ortlab; each fall back is recorded and warned about once):
+# NOTE: the path of one graph (never an exception out of torch.compile because of
+# ortlab; each fall back is recorded and warned about once):
 #
 #   Dynamo FX graph
-#     |- grad off, plain inputs: make_fx lowering (functionalized) -> "inference"
-#     |     failed? -> AOTAutograd lowering (the error is on GraphRecord.fallback)
-#     |- otherwise: AOTAutograd -> "forward" / "backward" / "inference"
-#     |     our compile of one of its graphs failed? -> that ATen graph runs eagerly
-#     |- lowering failed altogether? -> Dynamo's graph runs eagerly (GraphRecord.error)
-#   -> verdicts (support) -> CapabilityBasedPartitioner -> fused_* -> OrtPartitionModule
-#   -> GraphRecord appended to backend.graphs
+#     -> lowering to ATen: the strategies of ``_lowering`` (make_fx, AOTAutograd, eager),
+#        tried in order; AOTAutograd calls ``_compile_boxed`` per graph it makes
+#        (forward / backward / inference), whose failure runs that ATen graph eagerly
+#     -> FX rewrites for ONNX -> verdicts (``_support.RULES``) -> CapabilityBasedPartitioner
+#     -> fused_* -> OrtPartitionModule (``_executor``) -> GraphRecord appended to
+#        backend.graphs
 #
 # Sessions are created lazily, on a partition's first call with a new input schema.
 # ``OrtBackendOptions(strict=True)`` raises ``CompileError`` instead of falling back.
@@ -34,6 +33,7 @@ from ortlab.backend import (
     _dump,
     _executor,
     _export,
+    _lowering,
     _options,
     _partition,
     _sizes,
@@ -53,7 +53,8 @@ class _Origin:
 
     info: _torch_private.DynamoGraphInfo
     registry_seconds: float = 0.0
-    fallback: str = ""
+    fallback: str | None = None
+    """What the lowering fell back from, and why (``GraphRecord.fallback``)."""
     lower_mark: float | None = None
     """perf_counter() when the lowering of the next graph of this compile started."""
     first: bool = True
@@ -159,35 +160,17 @@ class OrtBackend:
         """Dynamo backend entry point: never raises because of ortlab (unless
         ``strict=True``); what could not be compiled runs eagerly, with its record."""
         origin = _Origin(_torch_private.dynamo_graph_info(graph_module))
-        try:
-            origin.registry_seconds = warm_up(self._options.opset_version)
-            if self._options.use_aot_autograd and not _thin_inference_applies(
-                graph_module, example_inputs
-            ):
-                return self._compile_with_aot(graph_module, example_inputs, origin)
-            return self._compile_without_autograd(graph_module, example_inputs, origin)
-        except Exception as e:
-            if isinstance(e, (errors.CompileError, *_torch_private.dynamo_signals())):
-                raise
-            self._raise_if_strict("lowering this graph to ATen", e)
-            eager = self._run_eagerly(
-                graph_module,
-                kind="inference",
-                origin=origin,
-                error=f"lowering to ATen failed: {errors.describe(e)}",
-                exc=e,
-            )
-            return _time_until_first_call(eager.forward, self.graphs[-1])
+        return _lowering.lower(self, graph_module, example_inputs, origin)
 
     def compile(
         self,
         graph_module: torch.fx.GraphModule,
         example_inputs: Sequence[Any] = (),
         *,
-        kind: str = "inference",
+        kind: records.GraphKind = "inference",
         check_requires_grad: bool = False,
         keep_input_aliases: bool = False,
-        lowering: str = "aot_autograd",
+        lowering: records.Lowering = "aot_autograd",
         lower_seconds: float | None = None,
         origin_fields: Mapping[str, Any] | None = None,
         timings: Mapping[str, float] | None = None,
@@ -381,8 +364,8 @@ class OrtBackend:
     def _new_record(
         self,
         graph_module: torch.fx.GraphModule,
-        kind: str,
-        lowering: str,
+        kind: records.GraphKind,
+        lowering: records.Lowering,
         partitioned: torch.fx.GraphModule | None,
         verdicts: list[records.Verdict],
         fields: Mapping[str, Any],
@@ -421,7 +404,7 @@ class OrtBackend:
                 "session" if session is not None else "fallback",
                 self._graph_runs(),
                 partition.graph_index,
-                partition=partition.name,
+                partition_name=partition.name,
                 session_index=None if session is None else session.index,
                 detail=detail,
             )
@@ -444,18 +427,21 @@ class OrtBackend:
                 "split",
                 self._graph_runs(),
                 parent.graph_index,
-                partition=parent.name,
+                partition_name=parent.name,
                 detail=f"ONNX Runtime refused {', '.join(sorted(split.refused))}; {parts} "
                 f"run in ONNX Runtime ({split.cause})",
             )
         )
 
-    def _compile_with_aot(
+    def lower_with_aot(
         self,
         graph_module: torch.fx.GraphModule,
         example_inputs: Sequence[Any],
         origin: _Origin,
     ) -> Any:
+        """The ``aot_autograd`` strategy: AOTAutograd traces the joint graph and calls
+        :meth:`_compile_boxed` for each graph it makes."""
+        origin.registry_seconds = warm_up(self._options.opset_version)
         compiler = functools.partial(self._compile_boxed, origin=origin)
         aot = _torch_private.aot_autograd_backend(
             fw_compiler=functools.partial(compiler, kind="forward"),
@@ -477,7 +463,7 @@ class OrtBackend:
         graph_module: torch.fx.GraphModule,
         example_inputs: Sequence[Any],
         *,
-        kind: str,
+        kind: records.GraphKind,
         origin: _Origin,
     ) -> Callable[..., Any]:
         """AOTAutograd's compiler for one of its ATen graphs; never raises because of
@@ -493,57 +479,36 @@ class OrtBackend:
                 origin_fields=origin.graph_fields(graph_module),
                 timings=origin.first_timings(),
             )
-            forward = partitioned.forward
+            forward = _time_until_first_call(partitioned.forward, self.graphs[-1])
         except Exception as e:
-            if isinstance(e, _torch_private.dynamo_signals()):
-                raise
-            self._raise_if_strict(f"compiling the {kind} graph", e)
-            forward = self._run_eagerly(
+            _lowering.guard(self._options, f"compiling the {kind} graph", e)
+            forward = self.run_eagerly(
                 graph_module,
                 kind=kind,
                 origin=origin,
                 error=f"partitioning the {kind} graph failed: {errors.describe(e)}",
                 exc=e,
                 lowering="aot_autograd",
-            ).forward
+            )
         if mark is not None:  # the next graph of this compile starts lowering now
             origin.lower_mark = time.perf_counter()
-        return _torch_private.make_boxed(_time_until_first_call(forward, self.graphs[-1]))
+        return _torch_private.make_boxed(forward)
 
-    def _compile_without_autograd(
+    def lower_with_make_fx(
         self,
         graph_module: torch.fx.GraphModule,
         example_inputs: Sequence[Any],
         origin: _Origin,
     ) -> Callable[..., Any]:
+        """The ``make_fx`` strategy: a functionalized ATen graph without AOTAutograd's
+        runtime wrappers (inference; see ``_lowering.thin_inference_applies``)."""
+        origin.registry_seconds = warm_up(self._options.opset_version)
         start = time.perf_counter()
-        try:
-            aten = _torch_private.lower_to_aten(
-                graph_module,
-                example_inputs,
-                _torch_private.lowering_decompositions(self._options.opset_version),
-            )
-        except Exception as e:
-            if isinstance(e, _torch_private.dynamo_signals()):
-                raise
-            self._raise_if_strict("the make_fx lowering", e)
-            if not self._options.use_aot_autograd:
-                raise
-            origin.fallback = (
-                f"the make_fx lowering failed ({errors.describe(e)}); lowered through "
-                "AOTAutograd instead"
-            )
-            # Not warned when AOTAutograd makes Dynamo re-trace the frame (a float
-            # specialised): the graph is compiled again, and that compile warns.
-            try:
-                compiled = self._compile_with_aot(graph_module, example_inputs, origin)
-            except _torch_private.dynamo_signals():
-                raise
-            except Exception:
-                self._warn(f"{origin.fallback}.", e)
-                raise
-            self._warn(f"{origin.fallback}.", e)
-            return compiled
+        aten = _torch_private.lower_to_aten(
+            graph_module,
+            example_inputs,
+            _torch_private.lowering_decompositions(self._options.opset_version),
+        )
         partitioned = self.compile(
             aten,
             example_inputs,
@@ -557,41 +522,30 @@ class OrtBackend:
         )
         return _time_until_first_call(partitioned.forward, self.graphs[-1])
 
-    def _run_eagerly(
+    def run_eagerly(
         self,
         graph_module: torch.fx.GraphModule,
         *,
-        kind: str,
+        kind: records.GraphKind,
         origin: _Origin,
         error: str,
-        exc: Exception,
-        lowering: str = "eager",
-    ) -> torch.fx.GraphModule:
-        """Records a graph ortlab could not compile; returns it, to run in PyTorch."""
+        exc: BaseException | None,
+        lowering: records.Lowering = "eager",
+    ) -> Callable[..., Any]:
+        """The ``eager`` strategy (and AOTAutograd's for one of its graphs): records a
+        graph ortlab could not compile and warns; returns it, to run in PyTorch."""
         verdicts = _support.graph_not_compiled(graph_module, error)
         fields = {**origin.graph_fields(graph_module), "error": error}
         record = self._new_record(graph_module, kind, lowering, None, verdicts, fields)
         record.timings.update(origin.first_timings())
         self._add_graph(record)
-        self._warn(
+        if exc is not None:
+            logger.debug("ortlab fell back", exc_info=exc)
+        _lowering.warn(
             f"the {kind} graph {record.index} runs in PyTorch: {error}. The error is on "
-            f"backend.graphs[{record.index}].error.",
-            exc,
+            f"backend.graphs[{record.index}].error."
         )
-        return graph_module
-
-    def _raise_if_strict(self, step: str, error: Exception) -> None:
-        if self._options.strict:
-            raise errors.CompileError(
-                f"ortlab (strict=True): {step} failed: {errors.describe(error)}. Without "
-                "strict=True this graph would run in PyTorch, with the error on its "
-                "GraphRecord."
-            ) from error
-
-    @staticmethod
-    def _warn(message: str, error: Exception) -> None:
-        logger.debug("ortlab fell back", exc_info=error)
-        warnings.warn(f"ortlab: {message}", errors.FallbackWarning, stacklevel=3)
+        return _time_until_first_call(graph_module.forward, record)
 
     def _check_static(self, graph_module: torch.fx.GraphModule) -> None:
         if self._options.dynamic_shapes is not True or self._warned_static:
@@ -629,38 +583,6 @@ def _time_until_first_call(
         return forward(*args)
 
     return graph_call
-
-
-_GRAD_MODE_TARGETS = ("_set_grad_enabled", "set_grad_enabled", "enable_grad", "inference_mode")
-
-
-def _thin_inference_applies(
-    graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
-) -> bool:
-    """Whether this graph can skip AOTAutograd: it was captured with grad disabled (and
-    Dynamo guards on grad mode, so it only ever runs that way), nothing inside switches grad
-    mode back on, no autocast, and every input is a plain tensor or number.
-
-    Skipping AOTAutograd's runtime wrappers saves ~0.1 ms per call, which is most of the
-    glue around a small model. Input mutations and input aliases, which AOTAutograd would
-    handle, stay in PyTorch through the support rules.
-    """
-    if torch.is_grad_enabled() or torch.is_autocast_enabled():
-        return False
-    for node in graph_module.graph.nodes:
-        if node.op == "call_function" and getattr(node.target, "__name__", "") in (
-            _GRAD_MODE_TARGETS
-        ):
-            return False
-    for value in example_inputs:
-        if isinstance(value, torch.Tensor) and type(value) not in (
-            torch.Tensor,
-            torch.nn.Parameter,
-        ):
-            fake = _torch_private.is_fake(value)
-            if not fake:
-                return False
-    return True
 
 
 def torch_compile_backend(

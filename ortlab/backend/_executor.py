@@ -536,7 +536,7 @@ class OrtPartitionModule:
         session = runner.session
         placeholders = record.input_names
         session_record = records.SessionRecord(
-            partition=record.name,
+            partition_name=record.name,
             index=len(record.sessions),
             model=proto,
             input_names=tuple(i.name for i in proto.graph.input),
@@ -552,11 +552,11 @@ class OrtPartitionModule:
             dump_files=dump_files,
             frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
             cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
-            cuda_graph_note=graph_note,
+            cuda_graph_note=graph_note or None,
             threads=choice.threads,
-            threads_note=choice.note,
+            threads_note=choice.note or None,
             fusions=fusions,
-            fusion_note=fusion_note,
+            fusion_note=fusion_note or None,
         )
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.
@@ -648,7 +648,7 @@ class OrtPartitionModule:
         if self._last is runner:
             self._last = grown
         record.threads = grown.session.get_session_options().intra_op_num_threads
-        record.threads_note += (
+        record.threads_note = (record.threads_note or "") + (
             f"; {record.threads} threads from run {record.run_count + 1} on: a run took "
             f"{took * 1e3:.1f} ms"
         )

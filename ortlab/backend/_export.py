@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from ortlab import errors
-from ortlab.backend import _fusions, _passes, _torch_private
+from ortlab.backend import _fusions, _passes, _torch_private, records
 
 if TYPE_CHECKING:
     import onnx
@@ -38,7 +38,7 @@ class ExportedModel:
     """The product of :func:`export_partition`."""
 
     proto: onnx.ModelProto
-    method: str
+    method: records.ExportMethod
     timings: dict[str, float]
     frozen_inputs: tuple[int, ...] = ()
     """Placeholder positions baked into the model as initializers."""
@@ -338,7 +338,7 @@ def export_partition(
             a transform raised.
     """
     timings: dict[str, float] = {}
-    method = "direct"
+    method: records.ExportMethod = "direct"
     direct_error: Exception | None = None
     proto = None
     fused = False

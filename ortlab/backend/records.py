@@ -12,13 +12,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ortlab import _html, errors
 
 if TYPE_CHECKING:
     import onnx
     import torch.fx
+
+GraphKind = Literal["inference", "forward", "backward"]
+"""What a graph computes: ``"inference"`` (no autograd), or AOTAutograd's ``"forward"``
+and ``"backward"`` of a training step."""
+Lowering = Literal["make_fx", "aot_autograd", "eager"]
+"""How a Dynamo graph became ATen (see ``ortlab.backend._lowering``)."""
+PartitionState = Literal["ort", "eager"]
+"""Where a partition runs now."""
+ExportMethod = Literal["direct", "retrace"]
+"""How a partition's ONNX model was made."""
+TimelineKind = Literal["graph", "session", "fallback", "split"]
+"""What a :class:`TimelineEvent` records."""
 
 # Compile steps, in pipeline order. Graph-level steps live on GraphRecord.timings,
 # session-level ones on SessionRecord.timings; both use these keys.
@@ -61,7 +73,7 @@ def is_fused_operator(node: onnx.NodeProto) -> bool:
     return node.domain == FUSED_OPERATOR_DOMAIN
 
 
-def fusions_text(fusions: dict[str, int], note: str = "") -> str:
+def fusions_text(fusions: dict[str, int], note: str | None = None) -> str:
     """``"attention ×2, skip_layer_normalization ×4"``, then the note (if any)."""
     text = ", ".join(f"{name} ×{count}" for name, count in fusions.items())
     return "; ".join(t for t in (text, note) if t)
@@ -148,7 +160,7 @@ def value_info_text(value_info: onnx.ValueInfoProto) -> str:
 class SessionRecord:
     """One ONNX model exported for a partition and the InferenceSession running it."""
 
-    partition: str
+    partition_name: str
     """Name of the partition this session belongs to (``"fused_0"``)."""
     index: int
     """Position in ``PartitionRecord.sessions``."""
@@ -160,7 +172,7 @@ class SessionRecord:
     output_value_infos: tuple[onnx.ValueInfoProto, ...]
     providers: tuple[str, ...]
     """Execution providers the session actually uses, in priority order."""
-    export_method: str = "direct"
+    export_method: ExportMethod = "direct"
     """``"direct"`` (FX graph translated node by node) or ``"retrace"`` (public exporter)."""
     export_seconds: float = 0.0
     """Making the model: the :data:`EXPORT_STEPS` (type promotion, translation, fusion,
@@ -179,19 +191,19 @@ class SessionRecord:
     """``False`` once the session was evicted from the cache (or cleared)."""
     cuda_graph: bool = False
     """The session replays its work as a CUDA graph (option ``cuda_graphs``)."""
-    cuda_graph_note: str = ""
-    """With ``cuda_graphs`` on, why this session runs without a CUDA graph ("" when it
-    has one, or when the option is off)."""
+    cuda_graph_note: str | None = None
+    """With ``cuda_graphs`` on, why this session runs without a CUDA graph (``None`` when
+    it has one, or when the option is off)."""
     threads: int | None = None
     """ONNX Runtime's intra-op threads for this session (``None``: ORT's own default,
     from the user's session options). See ``OrtBackendOptions.intra_op_threads``."""
-    threads_note: str = ""
+    threads_note: str | None = None
     """How ``threads`` was chosen: the option that set it, or the probe's medians
     ("1 thread: 0.210 ms with 1 thread vs 0.320 ms with 2 ...")."""
     fusions: dict[str, int] = dataclasses.field(default_factory=dict)
     """ONNX Runtime fused operators the model was rewritten with, by fusion
     (``{"skip_layer_normalization": 4, "attention": 2}``; option ``ort_fusions``)."""
-    fusion_note: str = ""
+    fusion_note: str | None = None
     """How the fused and unfused models compared on the first inputs ("0.080 ms fused vs
     0.091 ms unfused ..."; the unfused one runs when faster), or why the model has no
     fusions where they were tried ("none of its patterns", the error that made it fall
@@ -215,13 +227,13 @@ class SessionRecord:
 
         if self.last_inputs is None or self.last_outputs is None:
             raise errors.OrtlabError(
-                f"session {self.partition}#{self.index} has no last run to save: only "
+                f"session {self.partition_name}#{self.index} has no last run to save: only "
                 "sessions of inference graphs keep theirs (a training graph's would keep "
                 "its activations alive). Run the model under torch.no_grad(), or save a "
                 "failing partition with ortlab.diff(...).save_repro(dir)."
             )
         readme = (
-            f"# ortlab session {self.partition}#{self.index}\n\n"
+            f"# ortlab session {self.partition_name}#{self.index}\n\n"
             f"Inputs {', '.join(self.input_schema)}; outputs {', '.join(self.output_schema)};"
             f" run by {', '.join(self.providers)}.\n\n"
         )
@@ -254,7 +266,7 @@ class SessionRecord:
     def __repr__(self) -> str:
         return _summary(
             self,
-            f"{self.partition}#{self.index}",
+            f"{self.partition_name}#{self.index}",
             inputs=list(self.input_schema),
             outputs=list(self.output_schema),
             providers=list(self.providers),
@@ -267,7 +279,7 @@ class SessionRecord:
     def rows(self) -> list[tuple[str, Any]]:
         """``(label, value)`` pairs describing the session (its HTML table)."""
         rows: list[tuple[str, Any]] = [
-            ("partition", f"{self.partition} (session {self.index})"),
+            ("partition", f"{self.partition_name} (session {self.index})"),
             ("inputs", ", ".join(self.input_schema)),
             ("outputs", ", ".join(self.output_schema)),
             ("providers", ", ".join(self.providers)),
@@ -295,7 +307,7 @@ class PartitionRecord:
     """``"fused_0"``, ``"fused_1"``, … as named by the partitioner."""
     graph_index: int
     """Index of the owning :class:`GraphRecord` in ``backend.graphs``."""
-    graph_kind: str
+    graph_kind: GraphKind
     graph_module: torch.fx.GraphModule
     """The partition's sub-GraphModule (ATen ops)."""
     node_names: tuple[str, ...] = ()
@@ -315,7 +327,7 @@ class PartitionRecord:
     in PyTorch; the graph's ``split_partitions`` keeps the original's record)."""
 
     @property
-    def state(self) -> str:
+    def state(self) -> PartitionState:
         """``"ort"`` while it runs in ONNX Runtime, ``"eager"`` after a failure."""
         return "eager" if self.error is not None else "ort"
 
@@ -369,15 +381,17 @@ class GraphRecord:
 
     index: int
     """Position in ``backend.graphs``."""
-    kind: str
+    kind: GraphKind
     """``"inference"``, ``"forward"`` or ``"backward"``."""
     graph_module: torch.fx.GraphModule
     """The graph as received (ATen ops after AOTAutograd)."""
     compile_id: str | None = None
     """Dynamo's compile id (``"0/1"``) when known."""
-    lowering: str = "aot_autograd"
+    lowering: Lowering = "aot_autograd"
     """How the Dynamo graph became ATen: ``"aot_autograd"`` (training-capable, with
-    AOTAutograd's runtime wrappers) or ``"make_fx"`` (inference only, no wrappers)."""
+    AOTAutograd's runtime wrappers), ``"make_fx"`` (inference only, no wrappers) or
+    ``"eager"`` (no lowering worked: the graph runs in PyTorch as Dynamo handed it over;
+    ``error`` says why). See ``ortlab.backend._lowering``."""
     partitioned: torch.fx.GraphModule | None = None
     """The graph after partitioning: ``fused_*`` submodules run in ONNX Runtime."""
     partitions: list[PartitionRecord] = dataclasses.field(default_factory=list)
@@ -389,11 +403,13 @@ class GraphRecord:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds per graph-level step, keys from :data:`GRAPH_STEPS`."""
     error: str | None = None
-    """Why ortlab could not compile this graph, which then runs entirely in PyTorch
-    (``lowering == "eager"``); ``None`` when it compiled."""
-    fallback: str = ""
+    """Why ortlab could not compile this graph, which then runs entirely in PyTorch:
+    no lowering worked (``lowering == "eager"``), or AOTAutograd lowered it but
+    partitioning this one of its graphs failed (``lowering == "aot_autograd"``);
+    ``None`` when it compiled."""
+    fallback: str | None = None
     """What ortlab fell back to while compiling this graph, and why (e.g. the make_fx
-    lowering failed and AOTAutograd lowered it); ``""`` when nothing fell back."""
+    lowering failed and AOTAutograd lowered it); ``None`` when nothing fell back."""
     frame: str = ""
     """The user's function Dynamo compiled, ``"forward (model.py)"``; code after a graph
     break is a function of its own, ``"forward (resumed after line 11) (model.py)"``."""
@@ -511,7 +527,7 @@ class RunEvent:
     outputs: tuple[Any, ...]
 
 
-TIMELINE_KINDS = ("graph", "session", "fallback", "split")
+TIMELINE_KINDS: tuple[TimelineKind, ...] = ("graph", "session", "fallback", "split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -520,7 +536,7 @@ class TimelineEvent:
     compiled, a session created for a partition's new input schema, a partition or graph
     that fell back to PyTorch."""
 
-    kind: str
+    kind: TimelineKind
     """One of :data:`TIMELINE_KINDS`."""
     graph_run: int
     """The graph run (counted from 1 across all graphs of the backend) the event belongs
@@ -528,8 +544,9 @@ class TimelineEvent:
     partition falls back, during a run."""
     graph_index: int
     """The graph the event belongs to."""
-    partition: str = ""
-    """The partition (session and partition fall backs)."""
+    partition_name: str | None = None
+    """The partition's name (session, fall back and split events; ``None`` for a
+    graph)."""
     session_index: int | None = None
     """Position in the partition's ``sessions`` (session events)."""
     detail: str = ""
@@ -540,7 +557,7 @@ class TimelineEvent:
         """One line: ``"graph 0 compiled: first compile of forward (model.py:10)"``."""
         if self.kind == "graph":
             return f"graph {self.graph_index} compiled: {self.detail}"
-        where = f"graph {self.graph_index} {self.partition}"
+        where = f"graph {self.graph_index} {self.partition_name}"
         if self.kind == "session":
             return f"{where}: session {self.session_index} created for {self.detail}"
         if self.kind == "split":

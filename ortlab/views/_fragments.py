@@ -185,7 +185,7 @@ def onnx_model_info(session: records.SessionRecord) -> str:
     init_bytes = sum(len(t.raw_data) for t in graph.initializer)
     ops = collections.Counter(n.op_type for n in graph.node)
     rows: list[tuple[str, Any]] = [
-        ("partition", f"{session.partition} (session {session.index})"),
+        ("partition", f"{session.partition_name} (session {session.index})"),
         (
             "inputs",
             ", ".join(f"{n}: {t}" for n, t in zip(session.input_names, session.input_schema)),
@@ -235,7 +235,7 @@ def save_hint(session: records.SessionRecord) -> str:
             "keep their last run"
         )
     return (
-        f"SessionRecord.save(dir) ({session.partition} session {session.index}) writes "
+        f"SessionRecord.save(dir) ({session.partition_name} session {session.index}) writes "
         "model.onnx and its last run's inputs and outputs (ONNX test-data layout, "
         "runnable with onnx_test_runner)"
     )

@@ -724,7 +724,7 @@ def onnx_view(
         else "no initializers"
     )
     caption = (
-        f"{session.partition} · session {session.index}: {len(graph.node)} ONNX nodes, "
+        f"{session.partition_name} · session {session.index}: {len(graph.node)} ONNX nodes, "
         f"{folded} · {opset}"
     )
     lines.append("graph " + _dot.attrs(label=caption, labelloc="t", labeljust="l") + ";")

@@ -285,7 +285,7 @@ def sessions_frame(obj: Any) -> pd.DataFrame:
             (
                 p.graph_index if p is not None else None,
                 p.graph_kind if p is not None else "",
-                s.partition,
+                s.partition_name,
                 s.index,
                 ", ".join(s.input_schema),
                 ", ".join(s.output_schema),

@@ -264,7 +264,7 @@ def first_call(obj: Any) -> FirstCall:
             graph = by_index.get(e.graph_index)
             if e.kind != "session" or graph is None or e.session_index is None:
                 continue
-            part = next((p for p in graph.partitions if p.name == e.partition), None)
+            part = next((p for p in graph.partitions if p.name == e.partition_name), None)
             if part is not None and e.session_index < len(part.sessions):
                 sessions.append(part.sessions[e.session_index])
         graphs = [by_index[i] for i in chosen if i in by_index]

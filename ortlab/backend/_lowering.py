@@ -1,0 +1,202 @@
+"""How a Dynamo graph becomes the ATen graphs ortlab partitions: declared strategies,
+tried in order, and the one place that handles their failures.
+
+# NOTE: :data:`STRATEGIES` is the fallback chain; :func:`lower` tries the ones that
+# apply, in order, until one returns the compiled callable:
+#
+#   strategy      applies when                                  if it fails
+#   make_fx       grad off and plain inputs (no AOTAutograd      the next one; the graph's
+#                 wrappers: ~0.1 ms less per call), or           record says why
+#                 use_aot_autograd=False                         (GraphRecord.fallback)
+#   aot_autograd  use_aot_autograd=True (training-capable)       the next one
+#   eager         always                                         - (the graph runs in PyTorch;
+#                                                                 GraphRecord.error)
+#
+# Every failure goes through :func:`guard` first: Dynamo's control-flow signals (restart
+# the analysis, skip the frame) pass through untouched, ``strict=True`` turns the failure
+# into a :class:`~ortlab.CompileError`; otherwise it is recorded and warned about once
+# (``ortlab.FallbackWarning``). AOTAutograd's compile of one of its graphs (forward,
+# backward) goes through the same :func:`guard` before that graph runs eagerly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+
+from ortlab import errors
+from ortlab.backend import _options, _torch_private, records
+
+Lowering = records.Lowering
+
+_TEXT: dict[Lowering, str] = {
+    "make_fx": "the make_fx lowering",
+    "aot_autograd": "the AOTAutograd lowering",
+    "eager": "running the graph eagerly",
+}
+
+
+class Host(Protocol):
+    """What the strategies need of the backend."""
+
+    @property
+    def options(self) -> _options.OrtBackendOptions: ...
+
+    def lower_with_make_fx(
+        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], origin: Any
+    ) -> Callable[..., Any]: ...
+
+    def lower_with_aot(
+        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], origin: Any
+    ) -> Callable[..., Any]: ...
+
+    def run_eagerly(
+        self,
+        graph_module: torch.fx.GraphModule,
+        *,
+        kind: records.GraphKind,
+        origin: Any,
+        error: str,
+        exc: BaseException | None,
+        lowering: Lowering = "eager",
+    ) -> Callable[..., Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """One way to lower a Dynamo graph."""
+
+    name: Lowering
+    applies: Callable[[Host, torch.fx.GraphModule, Sequence[Any]], bool]
+    lower: Callable[[Host, torch.fx.GraphModule, Sequence[Any], Any, str], Callable[..., Any]]
+    """``lower(host, graph, inputs, origin, why)``: the compiled callable; ``why`` says
+    what failed before it ("" for the first strategy tried)."""
+
+
+def _make_fx_applies(host: Host, gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> bool:
+    return not host.options.use_aot_autograd or thin_inference_applies(gm, inputs)
+
+
+def _eager(
+    host: Host, gm: torch.fx.GraphModule, inputs: Sequence[Any], origin: Any, why: str
+) -> Callable[..., Any]:
+    return host.run_eagerly(gm, kind="inference", origin=origin, error=why, exc=None)
+
+
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy(
+        "make_fx",
+        _make_fx_applies,
+        lambda host, gm, inputs, origin, why: host.lower_with_make_fx(gm, inputs, origin),
+    ),
+    Strategy(
+        "aot_autograd",
+        lambda host, gm, inputs: host.options.use_aot_autograd,
+        lambda host, gm, inputs, origin, why: host.lower_with_aot(gm, inputs, origin),
+    ),
+    Strategy("eager", lambda host, gm, inputs: True, _eager),
+)
+"""The lowering strategies, in the order they are tried (see the module's NOTE)."""
+
+
+def guard(options: _options.OrtBackendOptions, step: str, error: BaseException) -> None:
+    """The first thing done with any failure while compiling: re-raises Dynamo's
+    control-flow signals and ortlab's own ``CompileError`` as they are, and raises
+    ``CompileError`` under ``strict=True``; returns when the failure may fall back."""
+    if isinstance(error, (errors.CompileError, *_torch_private.dynamo_signals())):
+        raise error
+    if options.strict:
+        raise errors.CompileError(
+            f"ortlab (strict=True): {step} failed: {errors.describe(error)}. Without "
+            "strict=True this graph would run in PyTorch, with the error on its "
+            "GraphRecord."
+        ) from error
+
+
+def warn(message: str) -> None:
+    """One fall back, said once (``ortlab.FallbackWarning``)."""
+    warnings.warn(f"ortlab: {message}", errors.FallbackWarning, stacklevel=4)
+
+
+def lower(
+    host: Host, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], origin: Any
+) -> Callable[..., Any]:
+    """Tries :data:`STRATEGIES` in order; returns the first one's compiled callable.
+
+    The first failure is recorded on ``origin.fallback`` (every GraphRecord made from
+    this graph carries it). Failures are warned about once a later strategy is through
+    (the eager strategy's own warning says the last one), not when Dynamo restarts the
+    analysis: the graph is then compiled again, and that compile warns.
+    """
+    failures: list[tuple[Lowering, str]] = []
+    for strategy in STRATEGIES:
+        if not strategy.applies(host, graph_module, example_inputs):
+            continue
+        why = f"lowering to ATen failed: {failures[-1][1]}" if failures else ""
+        try:
+            compiled = strategy.lower(host, graph_module, example_inputs, origin, why)
+        except Exception as e:
+            guard(host.options, _TEXT[strategy.name], e)
+            failures.append((strategy.name, errors.describe(e)))
+            if origin.fallback is None:
+                following = _next(strategy, host, graph_module, example_inputs)
+                origin.fallback = f"{_TEXT[strategy.name]} failed ({failures[0][1]})" + (
+                    f"; lowered through {_LABEL[following]} instead"
+                    if following in _LABEL
+                    else ""
+                )
+            continue
+        said = failures[:-1] if strategy.name == "eager" else failures
+        for name, error in said:
+            instead = _LABEL.get(strategy.name)
+            tail = f"; lowered through {instead} instead" if instead else ""
+            warn(f"{_TEXT[name]} failed ({error}){tail}.")
+        return compiled
+    raise AssertionError("the eager strategy always applies")  # pragma: no cover
+
+
+_LABEL: dict[Lowering | None, str] = {"aot_autograd": "AOTAutograd", "make_fx": "make_fx"}
+
+
+def _next(
+    strategy: Strategy, host: Host, gm: torch.fx.GraphModule, inputs: Sequence[Any]
+) -> Lowering | None:
+    later = STRATEGIES[STRATEGIES.index(strategy) + 1 :]
+    return next((s.name for s in later if s.applies(host, gm, inputs)), None)
+
+
+_GRAD_MODE_TARGETS = ("_set_grad_enabled", "set_grad_enabled", "enable_grad", "inference_mode")
+
+
+def thin_inference_applies(
+    graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> bool:
+    """Whether this graph can skip AOTAutograd: it was captured with grad disabled (and
+    Dynamo guards on grad mode, so it only ever runs that way), nothing inside switches grad
+    mode back on, no autocast, and every input is a plain tensor or number.
+
+    Skipping AOTAutograd's runtime wrappers saves ~0.1 ms per call, which is most of the
+    glue around a small model. Input mutations and input aliases, which AOTAutograd would
+    handle, stay in PyTorch through the support rules.
+    """
+    if torch.is_grad_enabled() or torch.is_autocast_enabled():
+        return False
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "__name__", "") in (
+            _GRAD_MODE_TARGETS
+        ):
+            return False
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and type(value) not in (
+            torch.Tensor,
+            torch.nn.Parameter,
+        ):
+            fake = _torch_private.is_fake(value)
+            if not fake:
+                return False
+    return True
