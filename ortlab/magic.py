@@ -540,7 +540,7 @@ def _evaluate_call(call: ast.Call, namespace: dict[str, Any]) -> tuple[Any, list
         ) from None
     except Exception as e:
         raise _UsageError(
-            f"could not evaluate the call's callee or arguments: {type(e).__name__}: {e}"
+            f"could not evaluate the call's callee or arguments: {errors.describe(e)}"
         ) from None
     if not callable(callee):
         raise _UsageError(
@@ -659,7 +659,7 @@ def run_ortcompile(
                 runs, atol=options.atol, rtol=options.rtol, backward=training
             )
         except Exception as e:  # the compiled result stands; say why numerics are missing
-            result.diff_error = f"{type(e).__name__}: {e}"
+            result.diff_error = errors.describe(e)
     if options.bench:
         try:
             result.bench = _bench(runs, options.bench)

@@ -678,7 +678,7 @@ class OrtPartitionModule:
             )
             return _runtime.StaticBindingRunner(session, proto, **runner_kwargs), ""
         except Exception as e:  # e.g. a node ORT placed on the CPU provider
-            return None, f"{type(e).__name__}: {e}"
+            return None, errors.describe(e)
 
     def _fail(self, message: str, error: Exception) -> None:
         where = (

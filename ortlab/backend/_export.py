@@ -369,8 +369,8 @@ def export_partition(
             why = direct_error or _torch_private.DIRECT_TRANSLATION_ERROR
             raise errors.ExportError(
                 f"could not export partition {name!r} to ONNX: direct translation failed "
-                f"({type(why).__name__ if isinstance(why, Exception) else 'unavailable'}: "
-                f"{why}); re-tracing failed ({type(e).__name__}: {e})"
+                f"({errors.describe(why) if isinstance(why, Exception) else why}); "
+                f"re-tracing failed ({errors.describe(e)})"
             ) from (direct_error or e)
 
     start = time.perf_counter()
@@ -380,7 +380,7 @@ def export_partition(
         except Exception as e:
             raise errors.ExportError(
                 f"pre_ort_model_transforms: {getattr(transform, '__name__', transform)!s} "
-                f"raised {type(e).__name__}: {e} on partition {name!r}"
+                f"raised {errors.describe(e)} on partition {name!r}"
             ) from e
     timings["transforms"] = time.perf_counter() - start
     return ExportedModel(

@@ -130,5 +130,5 @@ def create_session(
         )
     except Exception as e:
         raise errors.SessionError(
-            f"onnxruntime refused the model ({type(e).__name__}: {e})"
+            f"onnxruntime refused the model ({errors.describe(e)})"
         ) from e

@@ -92,7 +92,7 @@ class StandaloneSession:
             return self._runner.run(inputs)
         except Exception as e:
             raise errors.SessionError(
-                f"onnxruntime failed to run the model ({type(e).__name__}: {e})"
+                f"onnxruntime failed to run the model ({errors.describe(e)})"
             ) from e
 
     __call__ = run

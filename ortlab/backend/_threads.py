@@ -30,6 +30,7 @@ from typing import TypeVar
 
 import torch
 
+from ortlab import errors
 from ortlab.backend import _options, _session
 
 PROBE_BELOW_SECONDS = 2e-3
@@ -145,7 +146,7 @@ def probe(
         single_runner = twin()
         single = _median_run(run, single_runner, clock)
     except Exception as e:  # the session itself works: keep it
-        note = f"{threads} threads: the one-thread twin failed ({type(e).__name__}: {e})"
+        note = f"{threads} threads: the one-thread twin failed ({errors.describe(e)})"
         return runner, ThreadChoice(threads, note, clock() - start, threads)
     medians = (
         f"{single * 1e3:.3f} ms with 1 thread vs {several * 1e3:.3f} ms with {threads} "

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
+from ortlab import errors
+
 if TYPE_CHECKING:
     import onnx_ir as ir
 
@@ -66,7 +68,7 @@ def _check_direct_translation() -> str | None:
         if not hasattr(passes, "InsertTypePromotion"):
             return "InsertTypePromotion is gone from torch.onnx._internal.fx.passes"
     except Exception as e:  # any import problem means: use the public path
-        return f"{type(e).__name__}: {e}"
+        return errors.describe(e)
     return None
 
 
