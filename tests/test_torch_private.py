@@ -392,3 +392,50 @@ def test_tracing_config_of_nested_calls_is_undone_in_order():
             assert torch._dynamo.config.specialize_float is True
         assert torch._dynamo.config.specialize_float is True
     assert torch._dynamo.config.specialize_float is False
+
+
+# -- the conformance generator's accessors -------------------------------------------------
+def test_op_db_is_pytorchs_opinfo_database_with_samples_per_dtype():
+    database = _torch_private.op_db()
+    assert len(database) > 600
+    (nll,) = [op for op in database if op.name == "nn.functional.nll_loss"]
+    assert torch.float32 in nll.supported_dtypes("cpu") and nll.supports_autograd
+    sample = next(iter(nll.sample_inputs("cpu", torch.float32, requires_grad=True)))
+    assert sample.input.requires_grad
+    strided = sample.noncontiguous().input
+    assert not strided.is_contiguous() and strided.requires_grad
+    assert _torch_private.op_db() is database  # imported once
+
+
+def test_aot_function_hands_forward_and_backward_graphs_to_its_compilers():
+    graphs = {}
+
+    def compiler(kind):
+        def compile(gm, example_inputs):
+            graphs[kind] = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+            return _torch_private.make_boxed(gm.forward)
+
+        return compile
+
+    compiled = _torch_private.aot_function(
+        lambda x: torch.nn.functional.nll_loss(x.log_softmax(-1), torch.tensor([1, 0])),
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        decompositions=_torch_private.onnx_friendly_decompositions(),
+    )
+    x = torch.randn(2, 3, requires_grad=True)
+    compiled(x).backward()
+    assert "aten.nll_loss_forward.default" in graphs["forward"]  # kept whole by the table
+    assert graphs["backward"] and x.grad is not None
+
+
+def test_registered_targets_names_overloads_as_node_targets_read():
+    registry = _torch_private.onnx_registry()
+    targets = _torch_private.registered_targets(registry)
+    assert {"aten.add.Tensor", "aten.abs.default", "aten.nll_loss_forward.default"} <= set(
+        targets
+    )
+    for text in targets[:50]:
+        namespace, name, overload = text.split(".")
+        op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        assert registry.is_registered(op), text

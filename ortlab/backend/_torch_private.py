@@ -910,3 +910,72 @@ def dynamo_config_patch(config: dict[str, Any]) -> contextlib.AbstractContextMan
 def reset_dynamo() -> None:
     """Forgets every compiled frame (Dynamo's caches and recompile counters)."""
     torch._dynamo.reset()
+
+
+# -- used by the conformance generator (_conformance_run) ----------------------------------
+#
+#   torch.testing._internal.common_methods_invocations.op_db   PyTorch's OpInfo database:
+#                                                  every op with sample inputs per dtype
+#                                                  (importing it needs ``expecttest``)
+#   torch._functorch.aot_autograd.aot_function    AOTAutograd on a plain function: its
+#                                                  forward and backward graphs, no Dynamo
+#   ONNXRegistry.functions                         every op the exporter's registry claims
+
+
+@functools.cache
+def op_db() -> tuple[Any, ...]:
+    """PyTorch's OpInfo database (~700 ``OpInfo``s; ``op.sample_inputs(device, dtype,
+    requires_grad=...)`` gives an op's samples), imported once (~7 s).
+
+    Raises:
+        MissingDependencyError: ``expecttest`` (which torch's test utilities import) is
+            not installed.
+    """
+    from ortlab import errors
+
+    try:
+        from torch.testing._internal import common_methods_invocations
+    except ImportError as e:
+        raise errors.MissingDependencyError(
+            f"PyTorch's OpInfo database needs {e.name or 'a test dependency'}: "
+            "pip install 'ortlab[test]' (or pip install expecttest)"
+        ) from e
+    return tuple(common_methods_invocations.op_db)
+
+
+def aot_function(
+    fn: Callable[..., Any],
+    *,
+    fw_compiler: Callable[..., Any],
+    bw_compiler: Callable[..., Any],
+    decompositions: dict[Any, Callable[..., Any]],
+) -> Callable[..., Any]:
+    """``fn`` compiled by AOTAutograd with these compilers (each called with an ATen
+    graph and its example inputs; the backward's when a backward first needs it), the
+    partitioner ortlab's backend uses and ``decompositions``, for static shapes."""
+    from torch._functorch.aot_autograd import aot_function as aot
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return aot(
+        fn,
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler,
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decompositions,
+    )
+
+
+def registered_targets(registry: Any) -> tuple[str, ...]:
+    """The ATen/prims overloads an exporter registry has a translation for, as node
+    targets read (``"aten.add.Tensor"``, ``"aten.abs.default"``), sorted. The registry
+    keys overloads by qualified name (``"aten::abs"``, ``"aten::add.Tensor"``)."""
+    found = set()
+    for key in registry.functions:
+        if not isinstance(key, str) or "::" not in key:
+            continue
+        namespace, rest = key.split("::", 1)
+        if namespace not in ("aten", "prims"):
+            continue
+        name, _, overload = rest.partition(".")
+        found.add(f"{namespace}.{name}.{overload or 'default'}")
+    return tuple(sorted(found))
