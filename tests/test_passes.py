@@ -205,3 +205,27 @@ def test_linear_layers_on_sequences_run_as_matmuls_without_copying_weights(tmp_p
         n for n in optimized.graph.node if n.op_type == "Transpose" and n.input[0] in inputs
     ]
     assert {n.op_type for n in optimized.graph.node} >= {"FusedMatMul"}
+
+
+def test_clean_ups_run_as_onnx_ir_passes_and_say_which_changed_the_model():
+    folded, _ = _gemm_model(transposed_uses=1, perm=[1, 0], trans_b=None)
+    kept, _ = _gemm_model(transposed_uses=2, perm=[1, 0], trans_b=None)
+    for model, changed in ((folded, True), (kept, False)):
+        clean_ups = _passes.CleanUps()
+        result = clean_ups(model)
+        assert isinstance(result, ir.passes.PassResult) and result.modified is changed
+        assert clean_ups.modified_by == {
+            "FoldTransposeIntoGemm": changed,
+            "MatMulOverLeadingDims": False,
+            "RemoveUnusedNodesPass": False,
+        }
+
+
+def test_the_session_records_which_clean_up_changed_its_model():
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    compiled = ortlab.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(3, 5, 8))  # N-D activations: the linear maps become MatMuls
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.onnx_passes["MatMulOverLeadingDims"] is True
+    assert "MatMulOverLeadingDims" in dict(session.rows())["clean-ups that changed it"]

@@ -557,6 +557,7 @@ class OrtPartitionModule:
             threads_note=choice.note or None,
             fusions=fusions,
             fusion_note=fusion_note or None,
+            onnx_passes=dict(exported.passes),
         )
         # Inference partitions keep their last run's tensors for SessionRecord.save; a
         # training graph's would keep saved activations alive until the next step.

@@ -53,6 +53,9 @@ class ExportedModel:
     unfused: onnx.ModelProto | None = None
     """With ``fuse=None``, a fused model's state before the rewrite (the model the
     fused one is timed against); ``None`` otherwise."""
+    passes: dict[str, bool] = dataclasses.field(default_factory=dict)
+    """ortlab's clean-up passes (``_passes.CleanUps``), each with whether it changed
+    the model (empty for the re-tracing exporter's models)."""
 
 
 def add_timings(into: dict[str, float], more: Mapping[str, float]) -> None:
@@ -189,17 +192,18 @@ def _translate_direct(
     registry: Any,
     fuse: bool | None,
     timings: dict[str, float],
+    passes: dict[str, bool],
 ) -> tuple[onnx.ModelProto, bool, dict[str, int], str, onnx.ModelProto | None]:
     """The model, whether it was rewritten for fusions, the fusions applied, why none
     were, and (``fuse=None``, fused) the model before the rewrite (see
-    :class:`ExportedModel`).
+    :class:`ExportedModel`). Fills ``timings`` (seconds per step) and ``passes`` (which
+    clean-up changed the model).
 
     ``fuse``: ``None`` where the graph has a pattern's first op, ``True`` always,
     ``False`` never. A fusion that raises is reported in the note and the partition
     translated again without it (the rewrite may have left the model half done).
     """
     import onnx_ir as ir
-    from onnx_ir.passes.common import RemoveUnusedNodesPass
 
     work = copy_graph_module(gm)
     if static_args is not None:
@@ -221,9 +225,9 @@ def _translate_direct(
         model.opset_imports[""] = opset_version or _torch_private.default_opset()
     if frozen:
         _freeze_inputs(model, frozen)
-    _passes.fold_transpose_into_gemm(model)
-    _passes.matmul_over_leading_dims(model)
-    RemoveUnusedNodesPass()(model)
+    clean_ups = _passes.CleanUps()
+    clean_ups(model)
+    passes.update(clean_ups.modified_by)
     timings["translate"] = time.perf_counter() - start
 
     fusions: dict[str, int] = {}
@@ -248,6 +252,7 @@ def _translate_direct(
                 registry=registry,
                 fuse=False,
                 timings=unfused,
+                passes=passes,
             )
             add_timings(timings, unfused)
             return proto, False, {}, _fusions.failed_note(e), None
@@ -338,6 +343,7 @@ def export_partition(
             a transform raised.
     """
     timings: dict[str, float] = {}
+    passes: dict[str, bool] = {}
     method: records.ExportMethod = "direct"
     direct_error: Exception | None = None
     proto = None
@@ -356,6 +362,7 @@ def export_partition(
                 registry=registry,
                 fuse=fuse,
                 timings=timings,
+                passes=passes,
             )
         except Exception as e:
             direct_error = e
@@ -393,4 +400,5 @@ def export_partition(
         fusion_note=fusion_note,
         # Transforms change the model on purpose; they are applied to one model only.
         unfused=None if transforms else unfused,
+        passes=passes,
     )

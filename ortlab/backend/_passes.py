@@ -1,4 +1,5 @@
-"""ONNX graph clean-ups ortlab applies to every exported partition (onnx-ir passes).
+"""ONNX graph clean-ups ortlab applies to every exported partition, as onnx-ir passes
+run in one ``Sequential`` (:class:`CleanUps`) whose results the session records.
 
 # NOTE: why these exist. AOTAutograd and make_fx decompose ``aten.linear`` into
 # ``t(weight)`` + ``addmm``, which torchlib translates to ``Transpose`` + ``Gemm``. With
@@ -11,12 +12,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from ortlab.backend import records
-
-if TYPE_CHECKING:
-    import onnx_ir as ir
 
 _GEMM_TRANSPOSE_ATTRS = ((0, "transA"), (1, "transB"))
 
@@ -47,8 +46,6 @@ def fold_transpose_into_gemm(model: ir.Model) -> int:
 
     Returns the number of Transpose nodes removed.
     """
-    import onnx_ir as ir
-
     graph = model.graph
     removed = 0
     for node in list(graph):
@@ -155,8 +152,6 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
     into its MatMul kernel for float32 (no copy of the weight per call); other dtypes keep
     such a Gemm. Returns the number rewritten.
     """
-    import onnx_ir as ir
-
     graph = model.graph
     rewritten = 0
     for node in list(graph):
@@ -196,3 +191,41 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
         result.name = old.name
         rewritten += 1
     return rewritten
+
+
+class FoldTransposeIntoGemm(ir.passes.InPlacePass):
+    """:func:`fold_transpose_into_gemm` as a pass."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        return ir.passes.PassResult(model, modified=fold_transpose_into_gemm(model) > 0)
+
+
+class MatMulOverLeadingDims(ir.passes.InPlacePass):
+    """:func:`matmul_over_leading_dims` as a pass."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        return ir.passes.PassResult(model, modified=matmul_over_leading_dims(model) > 0)
+
+
+class CleanUps(ir.passes.Sequential):
+    """Every clean-up of an exported partition, in order: Gemm's transposes folded, linear
+    maps over N-D activations as one MatMul, then onnx-ir's removal of unused nodes
+    (otherwise ONNX Runtime warns about leftover constants).
+
+    After a run, :attr:`modified_by` says which pass changed the model (the session's
+    record keeps it: ``SessionRecord.onnx_passes``). Make one per model.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            FoldTransposeIntoGemm(), MatMulOverLeadingDims(), RemoveUnusedNodesPass()
+        )
+        self.modified_by: dict[str, bool] = {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.modified_by = {}
+        for clean_up in self.passes:
+            result = clean_up(model)
+            model = result.model
+            self.modified_by[type(clean_up).__name__] = result.modified
+        return ir.passes.PassResult(model, modified=any(self.modified_by.values()))

@@ -208,6 +208,9 @@ class SessionRecord:
     0.091 ms unfused ..."; the unfused one runs when faster), or why the model has no
     fusions where they were tried ("none of its patterns", the error that made it fall
     back to the unfused model)."""
+    onnx_passes: dict[str, bool] = dataclasses.field(default_factory=dict)
+    """ortlab's clean-up passes run on the model, each with whether it changed it
+    (``{"FoldTransposeIntoGemm": True, "MatMulOverLeadingDims": False, ...}``)."""
     last_inputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
     """The ONNX inputs of the last run, in the model's input order (inference graphs
     only: a training graph's would keep its saved activations alive)."""
@@ -289,6 +292,9 @@ class SessionRecord:
             ("session creation", f"{self.session_seconds * 1e3:.1f} ms"),
             ("runs", self.run_count),
         ]
+        changed = [name for name, modified in self.onnx_passes.items() if modified]
+        if changed:
+            rows.append(("clean-ups that changed it", ", ".join(changed)))
         if self.fusions or self.fusion_note:
             rows.append(("fused operators", fusions_text(self.fusions, self.fusion_note)))
         if self.cuda_graph_status:
