@@ -36,6 +36,7 @@ from ortlab.backend import (
     _lowering,
     _options,
     _partition,
+    _rewrites,
     _sizes,
     _source,
     _support,
@@ -196,6 +197,8 @@ class OrtBackend:
             # Size arithmetic from the inputs, not from intermediates (see _sizes).
             graph_module = _export.copy_graph_module(graph_module)
             _sizes.sizes_from_inputs(graph_module)
+        # Ops whose translation is wrong on some inputs, rewritten first (see _rewrites).
+        graph_module = _rewrites.for_onnx(graph_module)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
         # the graph exactly as received.
         work = _export.copy_graph_module(graph_module)
