@@ -96,3 +96,125 @@ def test_for_onnx_leaves_the_graph_it_receives_unchanged():
     before = _targets(gm)
     _rewrites.for_onnx(gm)
     assert _targets(gm) == before
+
+
+def _strided(a):
+    return (a + 1).t().as_strided((2, 3), (1, 4)) * 2
+
+
+def _as_strided_inputs(gm):
+    return [n.args[0] for n in gm.graph.nodes if n.target is aten.as_strided.default]
+
+
+def test_as_strided_on_a_view_reads_the_value_the_view_shares_its_memory_with():
+    x = torch.arange(12.0).reshape(3, 4)
+    gm = _aten_graph(_strided, x)
+    assert _rewrites.storage_readers_kept_in_pytorch(gm)  # not rewritten: not right in ORT
+    rewritten = _rewrites.for_onnx(gm)
+    (source,) = _as_strided_inputs(rewritten)
+    assert source.target is aten.add.Tensor
+    assert aten.t.default not in _targets(rewritten)  # the view had no other user
+    torch.testing.assert_close(rewritten(x), _strided(x))
+    assert _rewrites.storage_readers_kept_in_pytorch(rewritten) == {}
+
+
+def test_as_strided_rebased_gets_the_views_storage_offset():
+    def fn(a):
+        return (a + 1)[1:].t().as_strided((2, 2), (1, 4)) * 2
+
+    x = torch.arange(12.0).reshape(3, 4)
+    rewritten = _rewrites.for_onnx(_aten_graph(fn, x))
+    (node,) = [n for n in rewritten.graph.nodes if n.target is aten.as_strided.default]
+    assert node.args[0].target is aten.add.Tensor
+    assert node.args[3] == 4
+    torch.testing.assert_close(rewritten(x), fn(x))
+
+
+def test_as_strided_through_split_outputs_is_rebased():
+    def fn(a):
+        return (a + 1).split(2, dim=1)[1].as_strided((2, 2), (1, 3), 1) * 2
+
+    x = torch.arange(12.0).reshape(3, 4)
+    rewritten = _rewrites.for_onnx(_aten_graph(fn, x))
+    (source,) = _as_strided_inputs(rewritten)
+    assert source.target is aten.add.Tensor
+    torch.testing.assert_close(rewritten(x), fn(x))
+
+
+def test_as_strided_on_a_non_contiguous_graph_input_is_kept_in_pytorch():
+    def fn(a):
+        return a.t().as_strided((2, 3), (1, 4)) * 2
+
+    x = torch.arange(12.0).reshape(4, 3).t()  # non-contiguous input
+    gm = _aten_graph(fn, x)
+    assert _rewrites.for_onnx(gm) is gm
+    kept = _rewrites.storage_readers_kept_in_pytorch(gm)
+    assert set(kept) == {"t", "as_strided"}  # the input itself is read as it is
+    assert "not contiguous" in kept["as_strided"]
+
+
+def test_as_strided_with_an_explicit_offset_into_a_graph_input_is_kept_in_pytorch():
+    def fn(a):
+        return a.as_strided((2, 3), (1, 4), 1) * 2
+
+    gm = _aten_graph(fn, torch.arange(12.0).reshape(3, 4))
+    kept = _rewrites.storage_readers_kept_in_pytorch(gm)
+    assert list(kept) == ["as_strided"]
+    assert "storage offset" in kept["as_strided"]
+
+
+def test_as_strided_on_a_channels_last_value_keeps_its_producer_in_pytorch():
+    def fn(a):
+        b = (a + 1).contiguous(memory_format=torch.channels_last)
+        return b.permute(0, 2, 3, 1).as_strided((2, 3), (1, 4)) * 2
+
+    gm = _aten_graph(fn, torch.arange(24.0).reshape(2, 3, 2, 2))
+    assert _rewrites.for_onnx(gm) is gm
+    kept = _rewrites.storage_readers_kept_in_pytorch(gm)
+    assert set(kept) == {"clone", "permute", "as_strided"}
+
+
+def test_as_strided_reading_beyond_its_input_is_kept_in_pytorch():
+    def fn(a):
+        return a[:2].as_strided((2, 3), (1, 4)) * 2  # reads a[2, 1]: beyond a[:2]
+
+    gm = _aten_graph(fn, torch.arange(12.0).reshape(3, 4))
+    rewritten = _rewrites.for_onnx(gm)  # rebased onto the whole input: within it
+    assert _rewrites.storage_readers_kept_in_pytorch(rewritten) == {}
+
+    def beyond(a):
+        return a.as_strided((2, 3), (1, 5)) * 2  # element 11 of 8
+
+    kept = _rewrites.storage_readers_kept_in_pytorch(
+        _aten_graph(beyond, torch.arange(8.0).reshape(2, 4))
+    )
+    assert "beyond" in kept["as_strided"]
+
+
+def test_as_strided_on_a_contiguous_value_is_left_alone():
+    def fn(a):
+        return (a + 1).as_strided((2, 3), (1, 4)) * 2
+
+    gm = _aten_graph(fn, torch.arange(12.0).reshape(3, 4))
+    assert _rewrites.for_onnx(gm) is gm
+    assert _rewrites.storage_readers_kept_in_pytorch(gm) == {}
+
+
+def test_as_strided_after_an_in_place_write_is_not_rebased_past_it():
+    # How the lowering regenerates an output that views a mutated input.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    doubled = graph.call_function(aten.mul.Tensor, (x, 2))
+    written = graph.call_function(aten.copy_.default, (x, doubled))
+    strided = graph.call_function(aten.as_strided.default, (written, [3, 3], [4, 1], 1))
+    graph.output(strided)
+    fake = _aten_graph(lambda a: a * 2, torch.arange(12.0).reshape(3, 4))
+    (value,) = [n.meta["val"] for n in fake.graph.nodes if n.op == "placeholder"]
+    for node in (x, doubled, written):
+        node.meta["val"] = value
+    strided.meta["val"] = value.as_strided([3, 3], [4, 1], 1)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert _rewrites.for_onnx(gm) is gm
+    kept = _rewrites.storage_readers_kept_in_pytorch(gm)
+    assert set(kept) == {strided.name, written.name}
+    assert "in place" in kept[strided.name]

@@ -16,16 +16,34 @@ whose translation is right on them.
 #   q [B,4,S,D] --+                      k [B,2,S,D] -> unsqueeze(2) [B,2,1,S,D]
 #   k [B,2,S,D] --+-> attention            -> expand(-1,-1,2,-1,-1) -> flatten(1,2) [B,4,S,D]
 #   v [B,2,S,D] --+                      (v the same) ---> attention(q, k', v')
+#
+# as_strided. ATen's ``as_strided`` indexes its input's *storage*; the translation
+# indexes the input's values as if they were that storage (contiguous, offset 0). On a
+# view of another layout (Longformer's chunking: a transposed projection viewed as
+# chunks) it reads other elements. Where the view chain starts at a value that is
+# contiguous with storage offset 0, the storage *is* that value, so ``as_strided`` is
+# rebased onto it (the view's storage offset made explicit):
+#
+#   before                                         after
+#   add -> t -> view -> as_strided(size, stride)   add -> as_strided(size, stride, off)
+#                                                  (t, view: still there for other users)
+#
+# Where that cannot be proven (the chain starts at a non-contiguous value, or at a graph
+# input while the op gives an explicit storage offset: Dynamo does not guard an input's
+# storage offset), the op, its view chain and their producer must stay in PyTorch:
+# :func:`storage_readers_kept_in_pytorch` names them, with the reason.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.fx
 
-from ortlab.backend import _export
+from ortlab.backend import _export, _torch_private
 
 _ATTENTION_OP_NAMES = (
     "scaled_dot_product_attention",
@@ -51,6 +69,13 @@ def _attention_ops() -> frozenset[Any]:
 
 
 _ATTENTION_OPS = _attention_ops()
+_AS_STRIDED = torch.ops.aten.as_strided.default
+_SHARING_VIEW_OPS = frozenset({torch.ops.aten._unsafe_view.default})
+"""Ops not marked as views by their schema whose output shares the input's storage."""
+_MAYBE_COPYING_VIEW_OPS = frozenset(
+    {torch.ops.aten.reshape.default, torch.ops.aten._reshape_alias.default}
+)
+"""Views that copy when their input is not contiguous."""
 
 
 def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -58,12 +83,15 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     ``graph_module`` itself when no rewrite applies (it is never modified).
 
     Rewrites: grouped-query attention gets its key/value heads repeated
-    (:func:`expand_kv_heads`).
+    (:func:`expand_kv_heads`); ``as_strided`` on a view reads the base the view shares
+    its storage with (:func:`rebase_as_strided`).
     """
-    if not any(_gqa_attention(n) for n in graph_module.graph.nodes):
+    graph = graph_module.graph
+    if not (any(_gqa_attention(n) for n in graph.nodes) or any(_rebasable(graph))):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
     expand_kv_heads(rewritten)
+    rebase_as_strided(rewritten)
     return rewritten
 
 
@@ -147,6 +175,214 @@ def _add(
     }
     node.meta["val"] = target(*fake_args)
     return node
+
+
+# -- as_strided ---------------------------------------------------------------------------
+
+
+class _Source:
+    """Where an ``as_strided`` node's input gets its storage from."""
+
+    __slots__ = ("base", "chain", "reason")
+
+    def __init__(self, base: torch.fx.Node, chain: list[torch.fx.Node], reason: str) -> None:
+        self.base = base
+        """The node that owns the storage: a graph input or a non-view op."""
+        self.chain = chain
+        """The view nodes from the ``as_strided`` input back to (not including) ``base``."""
+        self.reason = reason
+        """Why the op cannot run in ONNX Runtime on ``base`` ("" when it can)."""
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s output shares the storage of its first argument: a view, or an
+    op that returns that argument."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:  # one output of split/unbind/chunk...
+        producer = node.args[0]
+        return isinstance(producer, torch.fx.Node) and _is_view(producer)
+    if not _torch_private.is_op_overload(target):
+        return False
+    if target in _MAYBE_COPYING_VIEW_OPS:
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and _is_dense_base(_val(source))
+    if target in _SHARING_VIEW_OPS:
+        return True
+    # Views, and ops that return their first argument (``copy_`` into a graph input).
+    returns = target._schema.returns
+    return bool(returns) and returns[0].alias_info is not None
+
+
+def _is_in_place(node: torch.fx.Node) -> bool:
+    target = node.target
+    return _torch_private.is_op_overload(target) and bool(target._schema.is_mutable)
+
+
+def _view_source(node: torch.fx.Node) -> torch.fx.Node:
+    """The node a view reads the storage of."""
+    if node.target is operator.getitem:
+        node = node.args[0]  # type: ignore[assignment]
+    source = node.args[0]
+    assert isinstance(source, torch.fx.Node)
+    return source
+
+
+def _is_dense_base(value: Any) -> bool:
+    """Whether a value is its storage read in order: contiguous, storage offset 0."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    offset = value.storage_offset()
+    return isinstance(offset, int) and offset == 0 and bool(value.is_contiguous())
+
+
+def _storage_offset_arg(node: torch.fx.Node) -> Any:
+    if len(node.args) > 3:
+        return node.args[3]
+    return node.kwargs.get("storage_offset")
+
+
+def _source(node: torch.fx.Node) -> _Source:
+    """Follows an ``as_strided`` node's input back through views to the storage's owner,
+    and says whether the op reads the same elements in ONNX Runtime from that owner."""
+    first = node.args[0]
+    assert isinstance(first, torch.fx.Node)
+    dtype = _val(first).dtype if isinstance(_val(first), torch.Tensor) else None
+    chain: list[torch.fx.Node] = []
+    base = first
+    while _is_view(base):
+        chain.append(base)
+        base = _view_source(base)
+    value = _val(base)
+    name = f"{base.name!r}"
+    written = [n for n in chain if _is_in_place(n)]
+    if written:
+        return _Source(
+            base,
+            chain,
+            f"as_strided reads the memory of {name} after {written[0].name!r} wrote it in "
+            "place (ONNX values are immutable); it runs in PyTorch",
+        )
+    if not isinstance(value, torch.Tensor) or value.dtype != dtype:
+        return _Source(
+            base,
+            chain,
+            f"as_strided reads the memory of {name} through a view that changes the dtype; "
+            "ONNX values have no memory to reinterpret, so it runs in PyTorch",
+        )
+    if not _is_dense_base(value):
+        where = "the graph input" if base.op == "placeholder" else "the value"
+        return _Source(
+            base,
+            chain,
+            f"as_strided reads the memory of {where} {name}, which is not contiguous "
+            f"(strides {tuple(value.stride())}, storage offset {value.storage_offset()}); "
+            "an ONNX value is its elements in order, so as_strided, the views leading to "
+            "it and their producer run in PyTorch",
+        )
+    if chain and not isinstance(_val(first).storage_offset(), int):
+        return _Source(
+            base,
+            chain,
+            f"as_strided reads {name} through a view at a symbolic storage offset; it runs "
+            "in PyTorch",
+        )
+    if base.op == "placeholder" and _storage_offset_arg(node) is not None:
+        return _Source(
+            base,
+            chain,
+            f"as_strided gives an explicit storage offset into the graph input {name}, "
+            "whose own offset into its storage is not known when compiling (Dynamo does "
+            "not guard it); it runs in PyTorch",
+        )
+    reach = _furthest_element(node)
+    if reach is not None and isinstance(value.numel(), int) and reach >= value.numel():
+        return _Source(
+            base,
+            chain,
+            f"as_strided reads element {reach} of the memory of {name}, beyond its "
+            f"{value.numel()} elements (memory ONNX Runtime is not given); it runs in "
+            "PyTorch",
+        )
+    return _Source(base, chain, "")
+
+
+def _furthest_element(node: torch.fx.Node) -> int | None:
+    """The largest storage index an ``as_strided`` node reads, when its arguments are
+    integers (``None`` otherwise)."""
+    size, stride = node.args[1], node.args[2]
+    offset = _storage_offset_arg(node)
+    if offset is None:
+        offset = _val(node.args[0]).storage_offset()  # type: ignore[arg-type]
+    numbers = [*size, *stride, offset]  # type: ignore[misc]
+    if not all(isinstance(x, int) for x in numbers):
+        return None
+    if any(s == 0 for s in size):  # type: ignore[union-attr]
+        return None
+    return offset + sum((s - 1) * t for s, t in zip(size, stride))  # type: ignore[arg-type]
+
+
+def _as_strided_nodes(graph: torch.fx.Graph) -> Iterator[torch.fx.Node]:
+    return (n for n in graph.nodes if n.op == "call_function" and n.target is _AS_STRIDED)
+
+
+def _rebasable(graph: torch.fx.Graph) -> Iterator[tuple[torch.fx.Node, _Source]]:
+    """``as_strided`` nodes on a view that can read their base instead."""
+    for node in _as_strided_nodes(graph):
+        source = _source(node)
+        if source.chain and not source.reason:
+            yield node, source
+
+
+def rebase_as_strided(graph_module: torch.fx.GraphModule) -> int:
+    """Makes every ``as_strided`` on a view of a contiguous value with storage offset 0
+    read that value, in place (see the module's NOTE); returns how many it changed."""
+    changed = 0
+    for node, source in list(_rebasable(graph_module.graph)):
+        offset = _storage_offset_arg(node)
+        if offset is None:
+            offset = _val(node.args[0]).storage_offset()
+        size, stride = node.args[1], node.args[2]
+        node.args = (source.base, size, stride, *((offset,) if offset else ()))
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "storage_offset"}
+        changed += 1
+    if changed:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+def storage_readers_kept_in_pytorch(graph_module: torch.fx.GraphModule) -> dict[str, str]:
+    """``{node name: reason}`` for the nodes that must run in PyTorch so that every
+    ``as_strided`` reads the memory it reads in eager: each ``as_strided`` that
+    :func:`rebase_as_strided` could not rebase (call it on the graph :func:`for_onnx`
+    returned), the views between it and the storage's owner, and that owner when it
+    is an op (its output's layout is what ``as_strided`` reads; a graph input is read
+    as it is).
+
+    An ``as_strided`` on a view it could rebase is listed too, on a graph that was not
+    rewritten.
+    """
+    kept: dict[str, str] = {}
+    for node in _as_strided_nodes(graph_module.graph):
+        source = _source(node)
+        reason = source.reason
+        if not reason and source.chain:
+            reason = (
+                "as_strided reads the memory of a view of "
+                f"{source.base.name!r}; rebased onto it by ortlab's rewrites, it runs in "
+                "ONNX Runtime, but this graph was not rewritten"
+            )
+        if not reason:
+            continue
+        kept.setdefault(node.name, reason)
+        for view in source.chain:
+            kept.setdefault(view.name, reason)
+        if source.base.op == "call_function":
+            kept.setdefault(source.base.name, reason)
+    return kept
 
 
 def _val(node: Any) -> Any:
