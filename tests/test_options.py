@@ -161,3 +161,68 @@ def test_replace_validates_like_the_constructor():
         opts.replace(min_partition=3)
     with pytest.raises(ortlab.UnsupportedOptionError, match="min_partition_size"):
         opts.replace(min_partition_size=-1)
+
+
+@onnxscript.script()
+def _clip_one_arg(x: FLOAT) -> FLOAT:
+    return op.Clip(x)
+
+
+@onnxscript.script()
+def _gelu_three_args(x: FLOAT, approximate: str, extra: float) -> FLOAT:
+    return op.Gelu(x)
+
+
+@onnxscript.script()
+def _gelu_renamed(x: FLOAT, approx: str) -> FLOAT:
+    return op.Gelu(x)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"freeze_parameter": True}, r"Did you mean 'freeze_parameters'"),
+        (
+            {"excluded_ops": ["aten.gelou"]},
+            r"excluded_ops: 'aten.gelou' names no op.*'aten.gelu'",
+        ),
+        ({"excluded_ops": ["aten.add.Nope"]}, r"has no overload 'Nope'"),
+        ({"excluded_ops": [42]}, r"excluded_ops: 42 is not an op"),
+        (
+            {"custom_translations": {torch.ops.aten.clamp.default: _clip_one_arg}},
+            r"custom_translations\[aten.clamp.default\]: '_clip_one_arg' has no parameter "
+            r"'min'|takes 1 argument",
+        ),
+        (
+            {"custom_translations": {torch.ops.aten.gelu.default: _gelu_three_args}},
+            r"requires 3 arguments, but aten::gelu\(self, approximate\) passes at most 2",
+        ),
+        (
+            {"custom_translations": {torch.ops.aten.gelu.default: _gelu_renamed}},
+            r"has no parameter 'approximate'",
+        ),
+    ],
+)
+def test_options_are_checked_when_given_and_say_what_was_meant(options, message):
+    with pytest.raises(ortlab.UnsupportedOptionError, match=message):
+        OrtBackendOptions.from_value(options)
+
+
+def test_excluded_op_names_resolve_to_the_ops_they_name():
+    opts = OrtBackendOptions(
+        excluded_ops=["aten.gelu", "aten::add.Tensor", torch.ops.aten.mul]
+    )
+    assert opts.excluded_ops == (
+        torch.ops.aten.gelu,
+        torch.ops.aten.add.Tensor,
+        torch.ops.aten.mul,
+    )
+
+
+def test_session_options_onnx_runtime_refuses_are_named_when_given(tmp_path):
+    so = onnxruntime.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "missing" / "model.onnx")
+    with pytest.raises(ortlab.UnsupportedOptionError, match=r"optimized_model_filepath"):
+        OrtBackendOptions(ort_session_options=so)
+    so.optimized_model_filepath = str(tmp_path / "model.onnx")
+    assert OrtBackendOptions(ort_session_options=so).ort_session_options is so

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ortlab import OrtBackendOptions
 from ortlab.backend import _support, _torch_private
 
 
@@ -17,6 +18,9 @@ def registry():
 
 
 def _verdicts(fn, *args, registry, **facts):
+    if "excluded_ops" in facts:  # resolved as the options resolve them
+        excluded = facts["excluded_ops"]
+        facts["excluded_ops"] = OrtBackendOptions(excluded_ops=excluded).excluded_ops
     gm = make_fx(fn, tracing_mode="fake")(*args)
     support = _support.OrtOperatorSupport(_support.Facts(registry=registry, **facts))
     return {n.name: support.verdict(n) for n in gm.graph.nodes if n.op == "call_function"}, gm

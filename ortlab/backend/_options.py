@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
@@ -56,6 +58,66 @@ def _normalize_providers(
     return tuple(out)
 
 
+def did_you_mean(name: str, choices: Sequence[str]) -> str:
+    """``" Did you mean 'x'?"`` when a choice is close to ``name``, else ``""``."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.75)
+    return f" Did you mean {close[0]!r} (for {name!r})?" if close else ""
+
+
+def _resolve_op(op: Any) -> Any:
+    """An ``excluded_ops`` entry as the op it names (an ``OpOverload`` or packet; a
+    Python callable as given)."""
+    if _torch_private.is_op_overload(op) or _torch_private.is_op_packet(op):
+        return op
+    if isinstance(op, str):
+        try:
+            return _torch_private.op_by_name(op)
+        except LookupError as e:
+            name = op.strip().removeprefix("torch.ops.").replace("::", ".")
+            namespace = name.split(".", 1)[0] if "." in name else "aten"
+            packet = ".".join(name.split(".")[:2])
+            hint = did_you_mean(packet, _torch_private.op_names(namespace))
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.excluded_ops: {op!r} names no op ({e}).{hint} Use an "
+                "op's name ('aten.gelu', 'aten.add.Tensor') or the op itself "
+                "(torch.ops.aten.gelu)."
+            ) from None
+    if callable(op) and not isinstance(op, type):
+        return op  # a Python function Dynamo keeps in graphs (operator.getitem...)
+    raise errors.UnsupportedOptionError(
+        f"OrtBackendOptions.excluded_ops: {op!r} is not an op; use an op's name "
+        "('aten.gelu'), an OpOverload (torch.ops.aten.gelu.default) or a packet "
+        "(torch.ops.aten.gelu)."
+    )
+
+
+def _check_session_options(options: onnxruntime.SessionOptions) -> None:
+    """Builds a one-node session with the user's ``SessionOptions``, so that settings
+    ONNX Runtime refuses are reported when given, by name, not at a first call as
+    ``InvalidArgument: SystemError : 2``."""
+    import os
+
+    for name in ("optimized_model_filepath", "profile_file_prefix"):
+        path = getattr(options, name, "")
+        directory = os.path.dirname(path) if path else ""
+        if directory and not os.path.isdir(directory):
+            raise errors.UnsupportedOptionError(
+                f"OrtBackendOptions.ort_session_options.{name} = {path!r}: its directory "
+                f"{directory!r} does not exist; ONNX Runtime refuses such session "
+                "options. Create the directory or change the setting."
+            )
+    from ortlab.backend import _session
+
+    try:
+        _session.probe_session_options(options)
+    except Exception as e:
+        raise errors.UnsupportedOptionError(
+            "OrtBackendOptions.ort_session_options: ONNX Runtime refuses these session "
+            f"options ({errors.describe(e)}). Settings: "
+            f"{_session.describe_session_options(options)}."
+        ) from e
+
+
 def _normalize_translations(
     value: Mapping[Any, Callable[..., Any]] | Sequence[Any] | None,
 ) -> tuple[tuple[Any, Callable[..., Any]], ...] | None:
@@ -95,8 +157,76 @@ def _normalize_translations(
                 f"{getattr(function, 'name', function)!r} declares no outputs; annotate its "
                 "return type, e.g. `def f(x: FLOAT, limit: float) -> FLOAT:`."
             )
+        _check_arity(op, function)
         out.append((op, function))
     return tuple(out)
+
+
+def _python_signature(function: Callable[..., Any]) -> inspect.Signature | None:
+    """The Python signature of an onnxscript function (or a plain one); ``None`` when it
+    has none to read."""
+    target = getattr(function, "function", function)  # @onnxscript.script() wraps it
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_arity(op: Any, function: Callable[..., Any]) -> None:
+    """A translation must take the op's arguments as its schema lists them (positional
+    ones by position, keyword-only ones and defaults by name: ortlab passes defaults
+    explicitly) and return as many values. Checked when the option is given, not at the
+    first call."""
+    overloads = (
+        [getattr(op, name) for name in op.overloads()]
+        if _torch_private.is_op_packet(op)
+        else [op]
+    )
+    name = getattr(function, "name", getattr(function, "__name__", repr(function)))
+    where = f"OrtBackendOptions.custom_translations[{op}]: {name!r}"
+    signature = getattr(function, "op_signature", None)
+    outputs = getattr(signature, "outputs", None)
+    for overload in overloads:
+        returns = len(overload._schema.returns)
+        if outputs and returns and len(outputs) != returns:
+            raise errors.UnsupportedOptionError(
+                f"{where} returns {len(outputs)} value(s), but {overload._schema.name} "
+                f"returns {returns}."
+            )
+    python = _python_signature(function)
+    if python is None:
+        return
+    params = list(python.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return
+    names = {p.name for p in params}
+    for overload in overloads:
+        arguments = list(overload._schema.arguments)
+        schema = f"{overload._schema.name}({', '.join(a.name for a in arguments)})"
+        needs = [p for p in params if p.default is p.empty]
+        if len(needs) > len(arguments):
+            raise errors.UnsupportedOptionError(
+                f"{where} requires {len(needs)} arguments, but {schema} passes at most "
+                f"{len(arguments)}; its parameters must follow the op's schema."
+            )
+        positional = [a for a in arguments if not a.kwarg_only]
+        if len(params) < len(positional):
+            raise errors.UnsupportedOptionError(
+                f"{where} takes {len(params)} argument(s), but {schema} passes up to "
+                f"{len(positional)} by position; its parameters must follow the op's "
+                "schema."
+            )
+        by_name = [
+            a.name
+            for a in arguments
+            if a.kwarg_only or (a.has_default_value() and a.default_value is not None)
+        ]
+        missing = [n for n in by_name if n not in names]
+        if missing:
+            raise errors.UnsupportedOptionError(
+                f"{where} has no parameter {missing[0]!r}, which {schema} passes by name; "
+                "name the parameters as the op's schema does."
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +300,10 @@ class OrtBackendOptions:
 
     excluded_ops: Sequence[Any] = ()
     """Ops kept in PyTorch even when ONNX could run them: ``torch.ops.aten.gelu.default``,
-    an overload packet (``torch.ops.aten.gelu``) or its name (``"aten.gelu"``). Useful to
-    study partitioning or to route around a provider bug."""
+    an overload packet (``torch.ops.aten.gelu``) or its name (``"aten.gelu"``,
+    ``"aten::add.Tensor"``), resolved to the op when given (a name that is no op is an
+    error, with the closest op name). Useful to study partitioning or to route around a
+    provider bug."""
 
     freeze_parameters: bool = False
     """Inference graphs only: bake parameters and buffers into the ONNX model as
@@ -236,7 +368,9 @@ class OrtBackendOptions:
     the exporter's registry, so those nodes can run in ONNX Runtime. Annotate the
     function's inputs and return type (``def f(x: FLOAT, limit: float) -> FLOAT``) and
     define it at module level: onnxscript resolves the annotations in the module's
-    globals. Stored as a tuple of ``(op, function)`` pairs."""
+    globals. Checked when given against the op's schema: the function takes its
+    arguments (those with defaults by the schema's names) and returns as many values.
+    Stored as a tuple of ``(op, function)`` pairs."""
 
     def replace(self, **changes: Any) -> OrtBackendOptions:
         """A copy with ``changes`` applied, validated like the constructor.
@@ -309,6 +443,7 @@ class OrtBackendOptions:
                     "OrtBackendOptions.ort_session_options must be an "
                     f"onnxruntime.SessionOptions; got {type(self.ort_session_options)!r}."
                 )
+            _check_session_options(self.ort_session_options)
         threads = self.intra_op_threads
         if threads != "auto" and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
@@ -326,7 +461,7 @@ class OrtBackendOptions:
         excluded = self.excluded_ops
         if isinstance(excluded, str) or not isinstance(excluded, Sequence):
             excluded = (excluded,)
-        object.__setattr__(self, "excluded_ops", tuple(excluded))
+        object.__setattr__(self, "excluded_ops", tuple(_resolve_op(op) for op in excluded))
         size = self.min_partition_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise errors.UnsupportedOptionError(
@@ -354,8 +489,9 @@ class OrtBackendOptions:
             valid = [f.name for f in dataclasses.fields(cls)]
             unknown = sorted(str(k) for k in value if k not in valid)
             if unknown:
+                hints = "".join(did_you_mean(name, valid) for name in unknown)
                 raise errors.UnsupportedOptionError(
-                    f"Unknown ortlab option(s) {', '.join(map(repr, unknown))}. "
+                    f"Unknown ortlab option(s) {', '.join(map(repr, unknown))}.{hints} "
                     f"Valid options: {', '.join(valid)}."
                 )
             return cls(**value)

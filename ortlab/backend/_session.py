@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,3 +133,48 @@ def create_session(
         raise errors.SessionError(
             f"onnxruntime refused the model ({errors.describe(e)})"
         ) from e
+
+
+@functools.cache
+def _probe_model() -> bytes:
+    """A one-node model (``Relu``) to try session options on."""
+    import onnx
+    from onnx import helper
+
+    value = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "probe", [value], [out]
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10
+    )
+    return model.SerializeToString()
+
+
+def probe_session_options(options: onnxruntime.SessionOptions) -> None:
+    """Creates a session of a one-node model with ``options`` (raises what ONNX Runtime
+    raises for them)."""
+    import onnxruntime
+
+    onnxruntime.InferenceSession(_probe_model(), sess_options=options, providers=[CPU])
+
+
+_DESCRIBED = (
+    "intra_op_num_threads",
+    "inter_op_num_threads",
+    "graph_optimization_level",
+    "execution_mode",
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "optimized_model_filepath",
+    "enable_profiling",
+    "profile_file_prefix",
+    "log_severity_level",
+)
+
+
+def describe_session_options(options: onnxruntime.SessionOptions) -> str:
+    """The settable attributes of ``SessionOptions`` with their values (config entries
+    added with ``add_session_config_entry`` cannot be listed)."""
+    return ", ".join(f"{name}={getattr(options, name, None)!r}" for name in _DESCRIBED)

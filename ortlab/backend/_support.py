@@ -134,21 +134,10 @@ def _schema_arg(node: torch.fx.Node, name: str) -> Any:
 
 
 def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
-    for item in excluded:
-        if item is target:
-            return True
-        if _torch_private.is_op_overload(target):
-            if item is target.overloadpacket:
-                return True
-            if isinstance(item, str):
-                text = item.replace("::", ".").removeprefix("torch.ops.")
-                full = target_text(target)
-                packet = full.rsplit(".", 1)[0]
-                if text in (full, packet):
-                    return True
-        elif isinstance(item, str) and item == target_text(target):
-            return True
-    return False
+    """Whether ``target`` is one of ``excluded`` (resolved by the options to ops:
+    overloads, packets, or Python callables)."""
+    packet = target.overloadpacket if _torch_private.is_op_overload(target) else None
+    return any(item is target or (packet is not None and item is packet) for item in excluded)
 
 
 def used_outputs(node: torch.fx.Node) -> tuple[int, ...] | None:

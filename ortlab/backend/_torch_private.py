@@ -886,6 +886,52 @@ def is_op_packet(target: Any) -> TypeGuard[torch._ops.OpOverloadPacket]:
     return isinstance(target, torch._ops.OpOverloadPacket)
 
 
+def op_by_name(text: str) -> torch._ops.OpOverload | torch._ops.OpOverloadPacket:
+    """The op a name stands for: ``"aten.sin"`` / ``"aten::sin"`` /
+    ``"torch.ops.aten.sin"`` (the packet), ``"aten.add.Tensor"`` / ``"aten::add.Tensor"``
+    (an overload).
+
+    Raises:
+        LookupError: no such op (or overload) is registered with the dispatcher.
+    """
+    name = text.strip().removeprefix("torch.ops.").replace("::", ".")
+    parts = name.split(".")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise LookupError(f"{text!r} is not an op name such as 'aten.gelu'")
+    namespace, op_name = parts[0], parts[1]
+    if f"{namespace}::{op_name}" not in _dispatcher_op_names():
+        raise LookupError(f"no op {namespace}::{op_name} is registered")
+    packet = getattr(getattr(torch.ops, namespace), op_name)
+    if len(parts) == 2:
+        return packet
+    if parts[2] not in packet.overloads():
+        raise LookupError(
+            f"{namespace}::{op_name} has no overload {parts[2]!r} (it has "
+            f"{', '.join(packet.overloads())})"
+        )
+    return getattr(packet, parts[2])
+
+
+@functools.cache
+def _dispatcher_op_names() -> frozenset[str]:
+    return frozenset(
+        name.split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
+    )
+
+
+def op_names(namespace: str) -> tuple[str, ...]:
+    """Every op name the dispatcher knows in a namespace (``"aten.sin"``...), to suggest
+    a close one for a misspelt name."""
+    prefix = f"{namespace}::"
+    return tuple(
+        sorted(
+            f"{namespace}.{n.removeprefix(prefix)}"
+            for n in _dispatcher_op_names()
+            if n.startswith(prefix)
+        )
+    )
+
+
 def sympy_size_functions() -> Any:
     """torch's sympy functions of symbolic sizes (``FloorDiv``, ``CeilToInt``,
     ``IntTrueDiv``, ``CeilDiv``, ``PythonMod``, ``Mod``)."""
