@@ -251,3 +251,21 @@ def test_plainness_is_decided_without_guards():
     assert not _torch_private.surely_plain(x.t())
     assert not _torch_private.surely_plain(x[1:])
     assert not env.guards
+
+
+def test_as_strided_on_a_non_contiguous_graph_input_stays_in_pytorch_and_is_right():
+    """ONNX Runtime receives a contiguous copy of a non-contiguous input, so an as_strided
+    that reads the input's memory cannot run there (the storage-reader rule)."""
+    import ortlab
+
+    def fn(a):
+        return a.as_strided((2, 3), (1, 4)) * 2
+
+    x = torch.arange(12.0).reshape(3, 4).t()
+    compiled = ortlab.compile(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x))
+    (graph,) = compiled.ortlab_backend.graphs
+    verdict = graph.verdict("as_strided")
+    assert not verdict.supported and verdict.rule == "storage-reader"
+    assert graph.verdict("mul").supported

@@ -207,6 +207,7 @@ class OrtBackend:
                 registry=context.registry,
                 excluded_ops=tuple(self._options.excluded_ops),
                 input_aliases=_support.input_alias_outputs(work) if keep_input_aliases else {},
+                storage_readers=_rewrites.storage_readers_kept_in_pytorch(work),
                 min_partition_size=self._options.min_partition_size,
             )
         )
