@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import ortlab
 
@@ -149,4 +150,119 @@ def test_longformer_training_gradients_match_eager():
     reference(ids).last_hidden_state.square().mean().backward()
     assert_gradients_match(model, reference)
     assert {g.kind for g in backend.graphs} >= {"forward", "backward"}
+    assert_all_in_onnx_runtime(backend)
+
+
+# -- embedding bags -----------------------------------------------------------------------
+
+_WEIGHT = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+_INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
+_OFFSETS = torch.tensor([0, 4, 4, 7])  # the second bag is empty
+_BATCH = torch.tensor([[1, 2, 4], [4, 3, 0], [9, 0, 1]])
+
+_BAG_CASES = {
+    "sum": {"mode": "sum"},
+    "sum-weights": {"mode": "sum", "per_sample_weights": True},
+    "sum-padding-last": {"mode": "sum", "padding_idx": 0, "include_last_offset": True},
+    "sum-2d-weights-padding": {
+        "mode": "sum",
+        "per_sample_weights": True,
+        "padding_idx": 0,
+        "2d": True,
+    },
+    "mean": {"mode": "mean"},
+    "mean-padding": {"mode": "mean", "padding_idx": 0},
+    "mean-2d": {"mode": "mean", "2d": True},
+    "mean-max_norm": {"mode": "mean", "max_norm": 1.0},
+    "max": {"mode": "max"},
+    "max-padding-last": {"mode": "max", "padding_idx": 4, "include_last_offset": True},
+    "max-2d-negative-padding": {"mode": "max", "padding_idx": -1, "2d": True},
+}
+
+
+def _bag_call(case: dict, grad: bool):
+    """``(fn, args)``: ``F.embedding_bag`` as the case calls it, on fresh leaves."""
+    weight = _WEIGHT.clone().requires_grad_(grad)
+    two_d = case.get("2d", False)
+    indices = _BATCH if two_d else _INDICES
+    scales = None
+    if case.get("per_sample_weights"):
+        scales = torch.rand(indices.shape, generator=torch.Generator().manual_seed(1))
+        scales.requires_grad_(grad)
+    last = case.get("include_last_offset", False)
+    offsets = (
+        None if two_d else (torch.cat([_OFFSETS, torch.tensor([10])]) if last else _OFFSETS)
+    )
+
+    def fn(indices, weight, offsets, scales):
+        return F.embedding_bag(
+            indices,
+            weight,
+            offsets,
+            mode=case["mode"],
+            per_sample_weights=scales,
+            include_last_offset=last,
+            padding_idx=case.get("padding_idx"),
+            max_norm=case.get("max_norm"),
+        )
+
+    return fn, (indices, weight, offsets, scales)
+
+
+@pytest.mark.parametrize("name", list(_BAG_CASES))
+def test_embedding_bag_gradients_match_eager_in_onnx_runtime(name):
+    case = _BAG_CASES[name]
+    results = []
+    backend = ortlab.OrtBackend()
+    for compiled in (True, False):
+        fn, args = _bag_call(case, grad=True)
+        out = (torch.compile(fn, backend=backend) if compiled else fn)(*args)
+        (out * torch.arange(out.numel()).reshape(out.shape)).sum().backward()
+        leaves = [a for a in args[1:] if isinstance(a, torch.Tensor) and a.requires_grad]
+        # max_norm renormalises the weight's rows in place: the weight is an output too.
+        results.append((out.detach(), args[1].detach(), [leaf.grad for leaf in leaves]))
+    (out, weight, grads), (expected, expected_weight, expected_grads) = results
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weight, expected_weight)
+    torch.testing.assert_close(grads, expected_grads)
+    assert {g.kind for g in backend.graphs} == {"forward", "backward"}
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean-padding", "max-2d-negative-padding"])
+def test_embedding_bag_outputs_match_eager_in_onnx_runtime(name):
+    fn, args = _bag_call(_BAG_CASES[name], grad=False)
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        out = torch.compile(fn, backend=backend)(*args)
+    torch.testing.assert_close(out, fn(*args))
+    assert [g.kind for g in backend.graphs] == ["inference"]
+    assert_all_in_onnx_runtime(backend)
+
+
+def test_embedding_bag_model_trains_as_in_eager():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(50, 8, mode="mean", padding_idx=3)
+            self.out = torch.nn.Linear(8, 2)
+
+        def forward(self, indices, offsets):
+            return self.out(self.bag(indices, offsets))
+
+    torch.manual_seed(0)
+    model = Model()
+    reference = copy.deepcopy(model)
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(model, backend=backend)
+    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, reference)]
+    for step in range(3):
+        indices = torch.randint(0, 50, (24,), generator=torch.Generator().manual_seed(step))
+        offsets = torch.tensor([0, 5, 5, 13, 20])
+        for call, optimizer in zip((compiled, reference), steps):
+            optimizer.zero_grad()
+            call(indices, offsets).square().mean().backward()
+            optimizer.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
     assert_all_in_onnx_runtime(backend)

@@ -218,3 +218,34 @@ def test_as_strided_after_an_in_place_write_is_not_rebased_past_it():
     kept = _rewrites.storage_readers_kept_in_pytorch(gm)
     assert set(kept) == {strided.name, written.name}
     assert "in place" in kept[strided.name]
+
+
+def _bags(indices, weight, offsets):
+    return F.embedding_bag(indices, weight, offsets, mode="max", padding_idx=None)
+
+
+def test_embedding_bag_whose_bags_alone_are_read_becomes_gathers_and_scatters():
+    weight = torch.randn(10, 3)
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
+    offsets = torch.tensor([0, 4, 4, 7])
+    with torch.no_grad():
+        gm = _aten_graph(_bags, indices, weight, offsets)
+    assert aten._embedding_bag_forward_only.default in _targets(gm)
+    rewritten = _rewrites.for_onnx(gm)
+    targets = _targets(rewritten)
+    assert not set(targets) & _rewrites._EMBEDDING_BAG_OPS
+    assert aten.scatter_reduce.two in targets
+    torch.testing.assert_close(
+        rewritten(indices, weight, offsets), _bags(indices, weight, offsets)
+    )
+
+
+def test_embedding_bag_whose_auxiliary_outputs_are_read_is_left_alone():
+    def fn(indices, weight, offsets):
+        out, offset2bag, bag_size, _ = torch.embedding_bag(
+            weight, indices, offsets, False, 0, False, None, False, -1
+        )
+        return out, offset2bag, bag_size
+
+    gm = _aten_graph(fn, torch.tensor([1, 2, 3]), torch.randn(5, 2), torch.tensor([0, 2]))
+    assert _rewrites.for_onnx(gm) is gm

@@ -457,7 +457,10 @@ class OrtBackend:
         # time since this mark is that graph's lowering.
         origin.lower_mark = time.perf_counter()
         try:
-            with _torch_private.attention_as_math():
+            with (
+                _torch_private.attention_as_math(),
+                _torch_private.embedding_bag_as_composite(),
+            ):
                 return aot(graph_module, example_inputs)
         finally:
             origin.lower_mark = None  # a backward compiled later has no lowering time

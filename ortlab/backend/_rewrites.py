@@ -32,6 +32,16 @@ whose translation is right on them.
 # input while the op gives an explicit storage offset: Dynamo does not guard an input's
 # storage offset), the op, its view chain and their producer must stay in PyTorch:
 # :func:`storage_readers_kept_in_pytorch` names them, with the reason.
+#
+# Embedding bags. torchlib translates ``_embedding_bag`` as a loop over the bags that
+# treats ``padding_idx=-1`` (none) as the last row and zero-fills the auxiliary outputs.
+# Where only the bags are read (inference graphs; training traces the composite itself,
+# see ``_torch_private.embedding_bag_as_composite``), the op becomes that composite:
+#
+#   before                                    after
+#   _embedding_bag(w, idx, offsets) -> [0]    index_add(starts) -> cumsum: bag of each index
+#                                             index_select(w, idx) -> index_add / scatter
+#                                             (max) into the bags -> [:bags]
 """
 
 from __future__ import annotations
@@ -84,14 +94,18 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     Rewrites: grouped-query attention gets its key/value heads repeated
     (:func:`expand_kv_heads`); ``as_strided`` on a view reads the base the view shares
-    its storage with (:func:`rebase_as_strided`).
+    its storage with (:func:`rebase_as_strided`); embedding bags whose bags alone are
+    read become gathers and scatters (:func:`embedding_bags_as_composite`).
     """
     graph = graph_module.graph
-    if not (any(_gqa_attention(n) for n in graph.nodes) or any(_rebasable(graph))):
+    if not (
+        any(_gqa_attention(n) or _bags_only(n) for n in graph.nodes) or any(_rebasable(graph))
+    ):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
     expand_kv_heads(rewritten)
     rebase_as_strided(rewritten)
+    embedding_bags_as_composite(rewritten)
     return rewritten
 
 
@@ -383,6 +397,105 @@ def storage_readers_kept_in_pytorch(graph_module: torch.fx.GraphModule) -> dict[
         if source.base.op == "call_function":
             kept.setdefault(source.base.name, reason)
     return kept
+
+
+# -- embedding bags -----------------------------------------------------------------------
+
+_EMBEDDING_BAG_OPS = frozenset(
+    {torch.ops.aten._embedding_bag.default, torch.ops.aten._embedding_bag_forward_only.default}
+)
+
+
+def _bags_only(node: torch.fx.Node) -> bool:
+    """An embedding bag whose auxiliary outputs nothing reads."""
+    if node.op != "call_function" or node.target not in _EMBEDDING_BAG_OPS:
+        return False
+    return all(
+        u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in node.users
+    )
+
+
+def _arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """A node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    values = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            values[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            values[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            values[arg.name] = arg.default_value
+    return values
+
+
+def embedding_bags_as_composite(graph_module: torch.fx.GraphModule) -> int:
+    """Replaces every embedding bag whose auxiliary outputs nothing reads by
+    ``_torch_private.embedding_bag_composite`` traced to ATen, in place; returns how
+    many it replaced."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        if not _bags_only(node):
+            continue
+        args = _arguments(node)
+        mode, last, padding = args["mode"], args["include_last_offset"], args["padding_idx"]
+        if not (isinstance(mode, int) and isinstance(last, bool) and isinstance(padding, int)):
+            continue
+        inputs = [args["weight"], args["indices"], args["offsets"]]
+        if args["per_sample_weights"] is not None:
+            inputs.append(args["per_sample_weights"])
+
+        def composite(weight: Any, indices: Any, offsets: Any, *scales: Any) -> Any:
+            return _torch_private.embedding_bag_composite(
+                weight,
+                indices,
+                offsets,
+                mode,  # noqa: B023 (traced at once, in this iteration)
+                scales[0] if scales else None,
+                last,  # noqa: B023
+                padding,  # noqa: B023
+            )
+
+        traced = _torch_private.trace_aten(composite, [_val(a) for a in inputs])
+        bags = _splice(graph, node, traced, inputs)
+        if bags is None:
+            continue
+        for user in list(node.users):  # output 0, and unread outputs
+            user.replace_all_uses_with(bags)
+            graph.erase_node(user)
+        graph.erase_node(node)
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+def _splice(
+    graph: torch.fx.Graph,
+    origin: torch.fx.Node,
+    traced: torch.fx.GraphModule,
+    inputs: list[Any],
+) -> torch.fx.Node | None:
+    """Copies ``traced``'s nodes before ``origin``, its placeholders bound to ``inputs``;
+    returns the node of its one output (``None``, and nothing copied, for a graph with
+    constants or several outputs)."""
+    nodes = list(traced.graph.nodes)
+    output = nodes[-1].args[0]
+    if any(n.op == "get_attr" for n in nodes) or not isinstance(output, torch.fx.Node):
+        return None
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    env: dict[torch.fx.Node, Any] = dict(zip(placeholders, inputs))
+    source = {k: v for k, v in origin.meta.items() if k not in ("val", "tensor_meta")}
+    with graph.inserting_before(origin):
+        for node in nodes:
+            if node.op != "call_function":
+                continue
+            copied = graph.node_copy(node, lambda n: env[n])
+            copied.meta = {**source, "val": node.meta["val"]}
+            env[node] = copied
+    return env[output]
 
 
 def _val(node: Any) -> Any:

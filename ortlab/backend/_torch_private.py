@@ -278,6 +278,150 @@ def _sdpa_math(
     )[0]
 
 
+@contextlib.contextmanager
+def embedding_bag_as_composite() -> Iterator[None]:
+    """While active, ``F.embedding_bag`` runs as :func:`embedding_bag_composite`: a
+    gather of the rows and a scatter (sum, max) into the bags, whose gradients autograd
+    derives from those ops.
+
+    Used around AOTAutograd's trace. ``aten._embedding_bag`` saves three auxiliary
+    outputs (``offset2bag``, ``bag_size``, ``max_indices``) that its backward
+    (``_embedding_bag_backward``, no ONNX translation) reads; torchlib's translation
+    zero-fills them, so every gradient came out wrong, and its loop over the bags treats
+    ``padding_idx=-1`` (none) as the last row, so outputs were wrong too. Like
+    :func:`attention_as_math`, it is intercepted at the torch-function level:
+    ``embedding_bag`` is CompositeImplicitAutograd. Calls the composite cannot
+    reproduce run ``F.embedding_bag`` itself: ``sparse`` gradients, nested inputs, and
+    ``scale_grad_by_freq`` (whose CPU kernel divides a row's gradient by the count of
+    another index: for indices [2, 2, 3] in one bag, row 3's by 2).
+    """
+    from torch.overrides import TorchFunctionMode
+
+    embedding_bag = torch.nn.functional.embedding_bag
+
+    class _AsComposite(TorchFunctionMode):
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            kwargs = kwargs or {}
+            if func is embedding_bag:
+                result = _embedding_bag_as_composite(*args, **kwargs)
+                if result is not None:
+                    return result
+            return func(*args, **kwargs)
+
+    with _AsComposite():
+        yield
+
+
+_EMBEDDING_BAG_MODES = {"sum": 0, "mean": 1, "max": 2}
+
+
+def _embedding_bag_as_composite(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: torch.Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> torch.Tensor | None:
+    """``F.embedding_bag``'s argument handling, then :func:`embedding_bag_composite`;
+    ``None`` for a call the composite does not reproduce (``F.embedding_bag`` runs it,
+    and raises where its arguments are wrong)."""
+    plain = (
+        not sparse
+        and not scale_grad_by_freq
+        and mode in _EMBEDDING_BAG_MODES
+        and weight.dim() == 2
+        and not input.is_floating_point()
+        and not input.is_nested
+        and (per_sample_weights is None or per_sample_weights.shape == input.shape)
+    )
+    if not plain:
+        return None
+    if max_norm is not None:  # as F.embedding_bag does: the weight's rows, in place
+        with torch.no_grad():
+            torch.embedding_renorm_(weight, input, max_norm, norm_type)
+    if input.dim() == 2 and offsets is None:
+        offsets = torch.arange(
+            0, input.numel(), input.size(1), dtype=input.dtype, device=input.device
+        )
+        include_last_offset = False
+        input = input.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif input.dim() != 1 or offsets is None or offsets.dim() != 1:
+        return None
+    num_embeddings = weight.size(0)
+    if padding_idx is None:
+        padding_idx = -1
+    elif -num_embeddings <= padding_idx < 0:
+        padding_idx += num_embeddings
+    elif not 0 <= padding_idx < num_embeddings:
+        return None
+    return embedding_bag_composite(
+        weight,
+        input,
+        offsets,
+        _EMBEDDING_BAG_MODES[mode],
+        per_sample_weights,
+        include_last_offset,
+        padding_idx,
+    )
+
+
+def embedding_bag_composite(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    mode: int,
+    per_sample_weights: torch.Tensor | None,
+    include_last_offset: bool,
+    padding_idx: int,
+) -> torch.Tensor:
+    """The first output of ``aten._embedding_bag`` (same arguments: 1-D ``indices``,
+    bag starts ``offsets``, ``mode`` 0/1/2 for sum/mean/max, ``padding_idx`` -1 for
+    none) as ops whose ONNX translations are right, as are their gradients'.
+
+    The bag of each index is ATen's ``offset2bag`` (a 1 at each bag's start, summed
+    along the indices; empty bags are skipped over); indices equal to ``padding_idx``
+    go to one extra bag, dropped at the end. Empty bags are zero, like ATen's. For max,
+    the gradient of a bag whose maximum several different rows reach is shared between
+    them (ATen gives it to one).
+    """
+    count = indices.shape[0]
+    bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    starts = offsets[:bags].long()
+    marks = torch.zeros(count + 1, dtype=torch.long, device=indices.device)
+    marks = marks.index_add(0, starts, torch.ones_like(starts))
+    bag = marks[:count].cumsum(0) - 1
+    if padding_idx >= 0:
+        bag = torch.where(indices == padding_idx, bags, bag)
+    rows = weight.index_select(0, indices)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    width = weight.shape[1]
+    total = weight.new_zeros(bags + 1, width)
+    if mode == 2:
+        where = bag.unsqueeze(1).expand(count, width)
+        return total.scatter_reduce(0, where, rows, "amax", include_self=False)[:bags]
+    total = total.index_add(0, bag, rows)[:bags]
+    if mode == 1:
+        ones = torch.ones_like(bag, dtype=weight.dtype)
+        sizes = weight.new_zeros(bags + 1).index_add(0, bag, ones)[:bags]
+        total = total / sizes.clamp(min=1).unsqueeze(1)
+    return total
+
+
 @functools.cache
 def type_promotion_table() -> Any:
     """The exporter's table of type-promotion rules (which args of which ops promote)."""
@@ -1025,3 +1169,23 @@ def registered_targets(registry: Any) -> tuple[str, ...]:
         name, _, overload = rest.partition(".")
         found.add(f"{namespace}.{name}.{overload or 'default'}")
     return tuple(sorted(found))
+
+
+# -- used by the ATen-graph rewrites (_rewrites) -------------------------------------------
+#
+#   torch.fx.experimental.proxy_tensor.make_fx    a composite traced to ATen on a graph's
+#                                                  fake values, to splice into that graph
+
+
+def trace_aten(fn: Callable[..., Any], args: Sequence[Any]) -> torch.fx.GraphModule:
+    """``fn(*args)`` traced to an ATen graph with the lowerings' decompositions
+    (:func:`lowering_decompositions`), on fake values from a graph's ``meta["val"]``
+    and under their fake mode, so symbolic sizes stay the graph's own symbols."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake_mode = detect_fake_mode(args)
+    tracer = make_fx(fn, decomposition_table=lowering_decompositions())
+    if fake_mode is None:
+        return tracer(*args)
+    with fake_mode:
+        return tracer(*args)
