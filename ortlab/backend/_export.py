@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -306,6 +307,12 @@ def _export_retrace(
     return proto
 
 
+_TRANSLATION_LOCK = threading.Lock()
+"""Held while a partition is translated: the exporter keeps process-wide state during a
+translation (onnxscript's default evaluator, the exporter's current tracer), so two at
+once, from two threads of the same or different backends, mix their nodes."""
+
+
 def export_partition(
     gm: torch.fx.GraphModule,
     *,
@@ -353,17 +360,18 @@ def export_partition(
     unfused = None
     if _torch_private.DIRECT_TRANSLATION_ERROR is None:
         try:
-            proto, fused, fusions, fusion_note, unfused = _translate_direct(
-                gm,
-                name=name,
-                static_args=args if static else None,
-                frozen=frozen,
-                opset_version=opset_version,
-                registry=registry,
-                fuse=fuse,
-                timings=timings,
-                passes=passes,
-            )
+            with _TRANSLATION_LOCK:
+                proto, fused, fusions, fusion_note, unfused = _translate_direct(
+                    gm,
+                    name=name,
+                    static_args=args if static else None,
+                    frozen=frozen,
+                    opset_version=opset_version,
+                    registry=registry,
+                    fuse=fuse,
+                    timings=timings,
+                    passes=passes,
+                )
         except Exception as e:
             direct_error = e
     if proto is None:
@@ -371,7 +379,8 @@ def export_partition(
         try:
             if frozen:
                 raise errors.ExportError("frozen parameters need the direct translation")
-            proto = _export_retrace(gm, args, opset_version, custom_translations, timings)
+            with _TRANSLATION_LOCK:
+                proto = _export_retrace(gm, args, opset_version, custom_translations, timings)
         except Exception as e:
             why = direct_error or _torch_private.DIRECT_TRANSLATION_ERROR
             raise errors.ExportError(
