@@ -354,7 +354,8 @@ def _backend_options(
         _UsageError: a malformed ``--option``, or the dataclass's own message for an
             unknown key or a bad value.
     """
-    changes: dict[str, Any] = {}
+    # The lab keeps each session's last run, for SessionRecord.save and the Inspector.
+    changes: dict[str, Any] = {"keep_last_run": True}
     if options.no_aot:
         changes["use_aot_autograd"] = False
     if options.ep:

@@ -415,7 +415,7 @@ def test_option_sets_any_backend_option_from_literals_and_notebook_names(shell):
     r = shell.user_ns["r"]
     options = r.backend.options
     assert options.min_partition_size == 2 and options.freeze_parameters is True
-    assert options.excluded_ops == ("aten.gelu",) and options.dump_path is None
+    assert options.excluded_ops == (torch.ops.aten.gelu,) and options.dump_path is None
     assert options.pre_ort_model_transforms == (shell.user_ns["seen"].append,)
     assert options.default_execution_providers == (
         ("CPUExecutionProvider", {}),

@@ -84,7 +84,7 @@ def test_session_save_writes_a_test_case_that_a_bare_session_reproduces(tmp_path
     from ortlab.backend import load_test_case
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU())
-    compiled = ortlab.compile(model)
+    compiled = ortlab.compile(model, keep_last_run=True)
     x = torch.randn(5, 4)
     with torch.no_grad():
         expected = compiled(x)
@@ -110,4 +110,15 @@ def test_session_of_a_training_graph_explains_why_it_cannot_be_saved(tmp_path):
     compiled(torch.randn(2, 4)).sum().backward()
     session = compiled.ortlab_backend.sessions[0]
     with pytest.raises(ortlab.OrtlabError, match="save_repro"):
+        session.save(tmp_path)
+
+
+def test_sessions_keep_no_last_run_unless_asked(tmp_path):
+    """A session's last batch stays alive only with keep_last_run=True."""
+    compiled = ortlab.compile(torch.nn.Linear(4, 3))
+    with torch.no_grad():
+        compiled(torch.randn(2, 4))
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.last_inputs is None and session.last_outputs is None
+    with pytest.raises(ortlab.OrtlabError, match="keep_last_run=True"):
         session.save(tmp_path)

@@ -49,7 +49,7 @@ def _run(calls):
     """Compiles a fresh ``Noisy`` (every size symbolic from the first call) and calls it
     under no_grad with each ``(batch, dtype)``."""
     model = Noisy()
-    compiled = ortlab.compile(model, dynamic=True)
+    compiled = ortlab.compile(model, dynamic=True, keep_last_run=True)
     with torch.no_grad():
         for batch, dtype in calls:
             model.to(dtype)

@@ -22,6 +22,7 @@ import functools
 import logging
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -274,6 +275,19 @@ class OrtBackend:
         for module in self._modules:
             module.clear_sessions()
 
+    def reset(self) -> None:
+        """Releases every ONNX Runtime session and partition runtime of this backend.
+
+        ``torch._dynamo.reset()`` calls it (Dynamo resets the backends it compiled with):
+        the compiled graphs that ran those sessions are gone then. The records stay for
+        as long as the backend is held (``backend.graphs``...); a backend nobody holds
+        (``backend="ortlab"``'s shared instances are dropped from their cache at the same
+        time) is freed with its records and ONNX models.
+        """
+        self.clear_sessions()
+        self._modules.clear()
+        self._context = None
+
     def summary(self) -> dict[str, Any]:
         """Counters over all records (for tables and one-line verdicts)."""
         nodes = sum(g.node_count for g in self.graphs)
@@ -342,6 +356,9 @@ class OrtBackend:
 
     @staticmethod
     def clear_cached_instances() -> None:
+        """Resets every shared instance (see :meth:`reset`) and forgets them."""
+        for backend in OrtBackend._instance_cache:
+            backend.reset()
         OrtBackend._instance_cache.clear()
 
     @staticmethod
@@ -602,6 +619,11 @@ def torch_compile_backend(
     return OrtBackend.get_cached_instance_for_options(options)(graph_module, example_inputs)
 
 
+# torch._dynamo.reset() calls reset() on the backends it compiled with: for
+# backend="ortlab", the shared instances are released with it.
+torch_compile_backend.reset = OrtBackend.clear_cached_instances  # type: ignore[attr-defined]
+
+
 def backend_of(obj: Any) -> OrtBackend:
     """The :class:`OrtBackend` behind ``obj``: a backend, the result of
     :func:`ortlab.compile`, or a ``torch.compile``-d callable that used ortlab.
@@ -696,6 +718,9 @@ def compile_with(
     )
     # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.
     object.__setattr__(compiled, "ortlab_backend", backend)
+    # Dropping the compiled callable releases its sessions: Dynamo's caches keep the
+    # compiled graphs (and their partitions) until torch._dynamo.reset().
+    weakref.finalize(compiled, backend.reset)
     return compiled
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ortlab import errors
+
 if TYPE_CHECKING:
     import torch.fx
 
@@ -34,8 +36,19 @@ class ModelDumper:
         n = self._counters.get(prefix, -1) + 1
         self._counters[prefix] = n
         onnx_file, txt_file = f"{prefix}{n}.onnx", f"{prefix}{n}.txt"
-        with open(onnx_file, "wb") as f:
-            f.write(model_bytes)
-        with open(txt_file, "w", encoding="utf-8") as f:
-            f.write(str(graph_module.graph))
+        try:
+            with open(onnx_file, "wb") as f:
+                f.write(model_bytes)
+            with open(txt_file, "w", encoding="utf-8") as f:
+                f.write(str(graph_module.graph))
+        except OSError as e:
+            raise DumpFailed(
+                f"dump_path {prefix!r}: could not write {onnx_file} ({errors.describe(e)}); "
+                "the model runs, not dumped. Point OrtBackendOptions.dump_path (or "
+                "ORTLAB_DUMP_PATH) at a writable directory's prefix."
+            ) from e
         return onnx_file, txt_file
+
+
+class DumpFailed(Exception):
+    """A model could not be written where the dump path says (the message names it)."""

@@ -68,8 +68,9 @@ class PartitionContext:
     """Writes exported models when a dump path is set."""
     registry: Any
     """The exporter's op registry the partitions are translated with."""
-    warned_providers: set[str] = dataclasses.field(default_factory=set)
-    """Execution providers already warned about (each is reported once per backend)."""
+    warned: set[str] = dataclasses.field(default_factory=set)
+    """What was already warned about, once per backend: missing execution providers (by
+    name), a dump path that cannot be written (``"dump_path"``)."""
     history: Callable[[records.PartitionRecord, records.SessionRecord | None, str], None] = (
         lambda partition, session, detail: None
     )
@@ -365,7 +366,7 @@ class OrtPartitionModule:
             inferred=inferred,
             default=options.default_execution_providers,  # type: ignore[arg-type]
             available=_session.available_providers(),
-            warned=self._context.warned_providers,
+            warned=self._context.warned,
         )
 
     def _frozen(self, args: Sequence[Any]) -> dict[int, torch.Tensor]:
@@ -461,7 +462,7 @@ class OrtPartitionModule:
         exported.timings["serialize"] = exported.timings.get("serialize", 0.0) + (
             time.perf_counter() - start
         )
-        dump_files = context.dumper.dump(model_bytes, self.eager, options.dump_path)
+        dump_files, dump_note = self._dump(model_bytes)
         providers = self._providers(args)
         runner_kwargs: dict[str, Any] = dict(
             input_fx_values=self._input_fx_values,
@@ -522,7 +523,8 @@ class OrtPartitionModule:
                 fusion_note = _fusions.join_notes(fusion_note, compared)
                 proto = exported.unfused
                 fused, fusions = False, {}
-                dump_files += context.dumper.dump(model_bytes, self.eager, options.dump_path)
+                more_files, more_note = self._dump(model_bytes)
+                dump_files, dump_note = dump_files + more_files, dump_note or more_note
         session_seconds = time.perf_counter() - start - choice.seconds - checked
         timings = dict(exported.timings)
         if checked:
@@ -558,16 +560,32 @@ class OrtPartitionModule:
             fusions=fusions,
             fusion_note=fusion_note or None,
             onnx_passes=dict(exported.passes),
+            dump_note=dump_note,
         )
-        # Inference partitions keep their last run's tensors for SessionRecord.save; a
-        # training graph's would keep saved activations alive until the next step.
-        runner.keep_last_inputs = self._allow_freeze
+        # Inference partitions keep their last run's tensors for SessionRecord.save when
+        # asked (keep_last_run); a training graph's would keep saved activations alive.
+        runner.keep_last_inputs = self._allow_freeze and options.keep_last_run
         runner.fused = fused
         record.sessions.append(session_record)
         context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record
         logger.debug("created %r", session_record)
         return runner
+
+    def _dump(self, model_bytes: bytes) -> tuple[tuple[str, ...], str | None]:
+        """Writes the model where the dump path says: the files, and why none were
+        written when that failed (a note on the record and one warning per backend; the
+        partition runs all the same)."""
+        context = self._context
+        try:
+            files = context.dumper.dump(model_bytes, self.eager, context.options.dump_path)
+        except _dump.DumpFailed as e:
+            note = str(e)
+            if "dump_path" not in context.warned:
+                context.warned.add("dump_path")
+                warnings.warn(f"ortlab: {note}", RuntimeWarning, stacklevel=5)
+            return (), note
+        return files, None
 
     def _unfused_instead(
         self, runner: _runtime.OrtRunner, args: Sequence[Any], error: Exception

@@ -352,6 +352,12 @@ class OrtBackendOptions:
     running that graph or partition in PyTorch. For CI and for debugging ortlab itself;
     nodes without an ONNX translation are not failures and still run in PyTorch."""
 
+    keep_last_run: bool = False
+    """Keep each inference session's last inputs and outputs on its record
+    (``SessionRecord.last_inputs`` / ``last_outputs``), for ``SessionRecord.save``. Off by
+    default: they hold a whole batch (and its outputs) alive until the next call;
+    ``%ortcompile`` turns it on."""
+
     min_partition_size: int = 1
     """Partitions with fewer ``call_function`` nodes than this stay in PyTorch (their
     verdicts say so): a tiny partition between two eager ops can cost more in the
@@ -392,6 +398,7 @@ class OrtBackendOptions:
             "freeze_parameters",
             "cuda_graphs",
             "strict",
+            "keep_last_run",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise errors.UnsupportedOptionError(

@@ -834,6 +834,12 @@ class _BackendWithTracingConfig:
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Any) -> Any:
         return self._torchdynamo_orig_backend(graph_module, example_inputs)
 
+    def reset(self) -> None:
+        """``torch._dynamo.reset()`` resets the backends it compiled with: pass it on."""
+        reset = getattr(self._torchdynamo_orig_backend, "reset", None)
+        if reset is not None:
+            reset()
+
 
 def compile_with_dynamo(
     model: Callable[..., Any],

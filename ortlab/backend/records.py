@@ -185,6 +185,9 @@ class SessionRecord:
     """Seconds per step, keys from :data:`SESSION_STEPS`."""
     dump_files: tuple[str, ...] = ()
     """Files written for this model when a dump path was set."""
+    dump_note: str | None = None
+    """Why this model was not dumped although a dump path was set (a missing or
+    read-only directory); ``None`` otherwise."""
     frozen_inputs: tuple[str, ...] = ()
     """Partition inputs baked into the model as initializers (``freeze_parameters``)."""
     active: bool = True
@@ -212,8 +215,9 @@ class SessionRecord:
     """ortlab's clean-up passes run on the model, each with whether it changed it
     (``{"FoldTransposeIntoGemm": True, "MatMulOverLeadingDims": False, ...}``)."""
     last_inputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
-    """The ONNX inputs of the last run, in the model's input order (inference graphs
-    only: a training graph's would keep its saved activations alive)."""
+    """The ONNX inputs of the last run, in the model's input order, with
+    ``OrtBackendOptions(keep_last_run=True)`` (inference graphs only: a training graph's
+    would keep its saved activations alive)."""
     last_outputs: tuple[Any, ...] | None = dataclasses.field(default=None, repr=False)
     """What ONNX Runtime returned on the last run (inference graphs only)."""
 
@@ -230,10 +234,12 @@ class SessionRecord:
 
         if self.last_inputs is None or self.last_outputs is None:
             raise errors.OrtlabError(
-                f"session {self.partition_name}#{self.index} has no last run to save: only "
-                "sessions of inference graphs keep theirs (a training graph's would keep "
-                "its activations alive). Run the model under torch.no_grad(), or save a "
-                "failing partition with ortlab.diff(...).save_repro(dir)."
+                f"session {self.partition_name}#{self.index} has no last run to save: "
+                "sessions keep theirs only with OrtBackendOptions(keep_last_run=True) (as "
+                "%ortcompile does), and only in inference graphs (a training graph's would "
+                "keep its activations alive): compile with keep_last_run=True and run the "
+                "model under torch.no_grad(), or save a failing partition with "
+                "ortlab.diff(...).save_repro(dir)."
             )
         readme = (
             f"# ortlab session {self.partition_name}#{self.index}\n\n"

@@ -231,8 +231,9 @@ def save_hint(session: records.SessionRecord) -> str:
     """How to save a session as an ONNX test case, or why it cannot be."""
     if session.last_inputs is None or session.last_outputs is None:
         return (
-            "not available: only sessions of inference graphs (run under torch.no_grad()) "
-            "keep their last run"
+            "not available: sessions keep their last run with "
+            "OrtBackendOptions(keep_last_run=True) (as %ortcompile does), in inference "
+            "graphs (run under torch.no_grad())"
         )
     return (
         f"SessionRecord.save(dir) ({session.partition_name} session {session.index}) writes "

@@ -1,0 +1,97 @@
+"""Long use: a dump path that cannot be written, memory released on reset and when the
+compiled model is dropped, no last batch kept alive by default."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import onnxruntime
+import pytest
+import torch
+
+import ortlab
+
+
+def _live_sessions() -> int:
+    # type(), not isinstance(): a dead weak proxy among the objects raises on the latter.
+    return sum(1 for o in gc.get_objects() if type(o) is onnxruntime.InferenceSession)
+
+
+def _mlp(i: int = 0) -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64 + i)
+    )
+
+
+@pytest.mark.parametrize("where", ["missing", "read-only"])
+def test_a_dump_path_that_cannot_be_written_is_a_note_and_the_partition_runs(tmp_path, where):
+    if where == "missing":
+        prefix = str(tmp_path / "no" / "such" / "dir" / "m_")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes to read-only directories")
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        prefix = str(locked / "m_")
+    compiled = ortlab.compile(_mlp(), dump_path=prefix)
+    x = torch.randn(3, 64)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match=r"dump_path .*could not write"):
+        compiled(x)
+        compiled(torch.randn(5, 64))  # warned once per backend
+    backend = compiled.ortlab_backend
+    assert all(p.state == "ort" and p.eager_run_count == 0 for p in backend.partitions)
+    session = backend.sessions[0]
+    assert session.dump_files == () and "dump_path" in session.dump_note
+
+
+def test_dynamo_reset_releases_every_session_of_every_kind_of_compile():
+    x = torch.randn(4, 64)
+    own = ortlab.OrtBackend()
+    compiled = [
+        ortlab.compile(_mlp(1)),
+        torch.compile(_mlp(2), backend="ortlab"),
+        torch.compile(_mlp(3), backend=own),
+    ]
+    with torch.no_grad():
+        for c in compiled:
+            c(x)
+    assert _live_sessions() >= 3
+    torch._dynamo.reset()
+    gc.collect()
+    assert _live_sessions() == 0
+    assert not ortlab.OrtBackend.get_cached_instances()
+    assert own.graphs and not any(s.active for s in own.sessions)  # records stay
+
+
+def test_dropping_the_compiled_model_releases_its_sessions():
+    for i in range(5):
+        compiled = ortlab.compile(_mlp(i))
+        with torch.no_grad():
+            compiled(torch.randn(4, 64))
+    del compiled
+    gc.collect()
+    assert _live_sessions() == 0
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_thirty_models_compiled_and_reset_leave_no_session_and_little_memory():
+    def compile_and_reset(i: int) -> None:
+        compiled = torch.compile(_mlp(i), backend="ortlab")
+        with torch.no_grad():
+            compiled(torch.randn(4, 64))
+        torch._dynamo.reset()
+
+    compile_and_reset(0)  # the exporter's registry and one-time imports
+    gc.collect()
+    start = _rss_mib()
+    for i in range(30):
+        compile_and_reset(i)
+    gc.collect()
+    assert _live_sessions() == 0
+    assert _rss_mib() < start * 1.15, (start, _rss_mib())
