@@ -95,3 +95,20 @@ def test_thirty_models_compiled_and_reset_leave_no_session_and_little_memory():
     gc.collect()
     assert _live_sessions() == 0
     assert _rss_mib() < start * 1.15, (start, _rss_mib())
+
+
+def test_a_partitions_session_records_are_bounded_like_its_sessions():
+    """One record (with its ONNX model) per new static shape was kept forever."""
+    from ortlab.backend import _executor
+
+    compiled = ortlab.compile(_mlp(), dynamic_shapes=False)
+    with torch.no_grad():
+        for n in range(1, 40):  # n=1 is its own graph; then one symbolic graph
+            compiled(torch.randn(n, 64))
+    first, symbolic = compiled.ortlab_backend.partitions
+    assert len(first.sessions) == 1
+    bound = _executor.MAX_SESSION_RECORDS_PER_PARTITION
+    assert len(symbolic.sessions) == bound and symbolic.dropped_sessions == 38 - bound
+    assert sum(s.active for s in symbolic.sessions) == _executor.MAX_SESSIONS_PER_PARTITION
+    assert [s.index for s in symbolic.sessions] == list(range(38 - bound, 38))
+    assert symbolic.session(37) is symbolic.sessions[-1] and symbolic.session(0) is None

@@ -51,6 +51,11 @@ logger = logging.getLogger(__name__)
 MAX_SESSIONS_PER_PARTITION = 8
 """Sessions kept per partition; the oldest is evicted (its record stays, inactive)."""
 
+MAX_SESSION_RECORDS_PER_PARTITION = 2 * MAX_SESSIONS_PER_PARTITION
+"""Session records kept per partition: beyond them the oldest inactive record is dropped
+(with its ONNX model), counted in ``PartitionRecord.dropped_sessions``. A static model
+called with 150 sequence lengths kept 150 records (32 MiB of models) for 8 sessions."""
+
 FREEZE_CHANGE_LIMIT = 2
 """With ``freeze_parameters``, a frozen tensor that changes this many times is no longer
 frozen: from then on it is passed as an input (each change costs an export)."""
@@ -539,7 +544,7 @@ class OrtPartitionModule:
         placeholders = record.input_names
         session_record = records.SessionRecord(
             partition_name=record.name,
-            index=len(record.sessions),
+            index=len(record.sessions) + record.dropped_sessions,
             model=proto,
             input_names=tuple(i.name for i in proto.graph.input),
             output_names=tuple(o.name for o in proto.graph.output),
@@ -567,6 +572,7 @@ class OrtPartitionModule:
         runner.keep_last_inputs = self._allow_freeze and options.keep_last_run
         runner.fused = fused
         record.sessions.append(session_record)
+        _bound_records(record)
         context.history(record, session_record, ", ".join(session_record.input_schema))
         runner.record = session_record
         logger.debug("created %r", session_record)
@@ -725,6 +731,16 @@ class OrtPartitionModule:
             runner.record.active = False
         self._runners.clear()
         self._last = None
+
+
+def _bound_records(record: records.PartitionRecord) -> None:
+    """Drops the oldest inactive session records beyond the bound."""
+    while len(record.sessions) > MAX_SESSION_RECORDS_PER_PARTITION:
+        oldest = next((s for s in record.sessions if not s.active), None)
+        if oldest is None:
+            return
+        record.sessions.remove(oldest)
+        record.dropped_sessions += 1
 
 
 class _NotRefused(OperatorSupportBase):

@@ -163,7 +163,9 @@ class SessionRecord:
     partition_name: str
     """Name of the partition this session belongs to (``"fused_0"``)."""
     index: int
-    """Position in ``PartitionRecord.sessions``."""
+    """The session's number in its partition, from 0 in creation order (its position in
+    ``PartitionRecord.sessions`` until old records are dropped; see
+    :meth:`PartitionRecord.session`)."""
     model: onnx.ModelProto
     """The model given to ONNX Runtime, after ``pre_ort_model_transforms``."""
     input_names: tuple[str, ...]
@@ -334,9 +336,15 @@ class PartitionRecord:
     thawed_inputs: tuple[str, ...] = ()
     """Placeholders ``freeze_parameters`` stopped freezing because their tensor kept
     changing; they are passed to ONNX Runtime as inputs."""
+    dropped_sessions: int = 0
+    """Records of inactive sessions dropped to bound ``sessions`` (the oldest first)."""
     split_from: str | None = None
     """The partition this one was split from, around nodes ONNX Runtime refused (they run
     in PyTorch; the graph's ``split_partitions`` keeps the original's record)."""
+
+    def session(self, index: int) -> SessionRecord | None:
+        """The session record numbered ``index`` (``None`` when it was dropped)."""
+        return next((s for s in self.sessions if s.index == index), None)
 
     @property
     def state(self) -> PartitionState:

@@ -265,8 +265,9 @@ def first_call(obj: Any) -> FirstCall:
             if e.kind != "session" or graph is None or e.session_index is None:
                 continue
             part = next((p for p in graph.partitions if p.name == e.partition_name), None)
-            if part is not None and e.session_index < len(part.sessions):
-                sessions.append(part.sessions[e.session_index])
+            session = part.session(e.session_index) if part is not None else None
+            if session is not None:
+                sessions.append(session)
         graphs = [by_index[i] for i in chosen if i in by_index]
     for g in graphs:
         for key, value in g.timings.items():

@@ -383,9 +383,7 @@ def _session_record(report: DiffReport, part: PartitionDiff) -> records.SessionR
     record = _partition_record(report, part)
     if record is None or part.session_index is None:
         return None
-    if not 0 <= part.session_index < len(record.sessions):
-        return None
-    return record.sessions[part.session_index]
+    return record.session(part.session_index)
 
 
 def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
