@@ -30,7 +30,7 @@ from ortlab.numerics import _compare, _findings, _runner
 
 def _float64(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().to(torch.float64)
+        return _runner.clone_value(value, torch.float64)  # a view stays a view
     return value
 
 

@@ -39,11 +39,68 @@ class Capture:
     outputs: tuple[Any, ...]
 
 
-def clone_value(value: Any) -> Any:
-    """A detached copy of a tensor (anything else as it is)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    return value
+def _storage_elements(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().nbytes() // tensor.element_size()
+
+
+def owns_its_storage(tensor: torch.Tensor) -> bool:
+    """Every element of the tensor's storage is one of its elements, once: a plain copy
+    (which keeps dense strides) is then the same memory."""
+    if tensor.storage_offset() != 0 or _storage_elements(tensor) != tensor.numel():
+        return False
+    step = 1  # dense: the strides, sorted, are the running products of the sizes
+    for stride, size in sorted((st, sz) for st, sz in zip(tensor.stride(), tensor.size())):
+        if size == 1:
+            continue
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
+def clone_value(value: Any, dtype: torch.dtype | None = None) -> Any:
+    """A detached copy of a tensor (anything else as it is), optionally in ``dtype``.
+
+    The copy has the tensor's memory layout, not just its values: a view (a transpose, a
+    slice, an expand) is copied with its sizes, strides and storage offset over a copy of
+    its whole storage. ``as_strided`` reads storage, so a partition run eagerly on a
+    contiguous copy of a view it received computes something else than the real graph.
+    """
+    if not isinstance(value, torch.Tensor):
+        return value
+    value = value.detach()
+    target = value.dtype if dtype is None else dtype
+    try:
+        if owns_its_storage(value):
+            return value.to(dtype=target, copy=True)  # keeps dense strides
+        count = _storage_elements(value)
+        storage = torch.empty(0, dtype=value.dtype, device=value.device)
+        storage.set_(value.untyped_storage(), 0, (count,), (1,))
+        copied = storage.to(dtype=target, copy=True)
+        return copied.as_strided(value.size(), value.stride(), value.storage_offset())
+    except (RuntimeError, NotImplementedError):  # no plain storage: sparse, nested ...
+        return value.to(dtype=target, copy=True)
+
+
+def laid_out_like(value: Any, like: Any) -> Any:
+    """``value``'s elements in the memory layout of ``like`` (a value of the same shape):
+    its sizes, strides and storage offset, over a copy of its storage, so that the elements
+    a view does not show keep ``like``'s values. ``value`` itself when either is not a
+    tensor, the shapes differ, or ``like`` owns its storage with ``value``'s strides."""
+    if not isinstance(value, torch.Tensor) or not isinstance(like, torch.Tensor):
+        return value
+    if value.shape != like.shape or like.layout != torch.strided:
+        return value
+    if owns_its_storage(like) and like.stride() == value.stride():
+        return value
+    laid = clone_value(like, value.dtype)
+    # An expanded dimension (stride 0) is written through one of its positions.
+    index = tuple(slice(None) if stride else slice(0, 1) for stride in laid.stride())
+    try:
+        laid[index].copy_(value[index])
+    except RuntimeError:  # another overlap: the values alone are what is known
+        return value
+    return laid
 
 
 class _Recorder:
@@ -67,7 +124,7 @@ def _clone_inputs(args: Sequence[Any], *, grad: bool) -> list[Any]:
     def clone(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
-        out = value.detach().clone()
+        out = clone_value(value)  # a view stays a view: the call sees what it was given
         wants = value.requires_grad or (grad and (out.is_floating_point() or out.is_complex()))
         return out.requires_grad_(wants)
 
