@@ -1,13 +1,19 @@
-"""Helpers of the numerics tests (no tests here): models and planted ONNX changes."""
+"""Helpers of the numerics tests (no tests here): models, planted ONNX changes and
+translations that are wrong on purpose."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import onnxscript
 import torch
 import torch.nn.functional as F
+from onnxscript import FLOAT, INT64
+from onnxscript import opset18 as op
 from torch import nn
 
 from ortlab import numerics
@@ -61,3 +67,28 @@ def perturb_sqrt2_constant_of(fx_node: str, hits: list[str] | None = None):
 def partition_holding(report: numerics.DiffReport, fx_node: str) -> str:
     """Name of the partition whose FX graph holds ``fx_node`` (names are not stable)."""
     return next(p.name for p in report.backend.partitions if fx_node in p.node_names)
+
+
+@onnxscript.script()
+def sin_one_percent_high(self: FLOAT) -> FLOAT:
+    """``aten.sin`` translated subtly wrong: 1% too large (a wrong op, not rounding)."""
+    return op.Mul(op.Sin(self), op.CastLike(1.01, self))
+
+
+def as_strided_in_logical_order(
+    self: FLOAT,
+    size: Sequence[INT64],
+    stride: Sequence[INT64],
+    storage_offset: INT64 | None = None,
+) -> FLOAT:
+    """``aten.as_strided`` as onnxscript's torchlib translates it: the input's values,
+    flattened in logical order, gathered at ``offset + sum(i * stride)``. Right where the
+    input's memory is its values in order; wrong for a transposed or sliced input, whose
+    memory is not (ONNX Runtime sees only the values)."""
+    indices = np.array(storage_offset or 0, dtype=np.int64)
+    for dim, (count, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[dim] = count
+        indices = indices + (np.arange(count, dtype=np.int64) * step).reshape(shape)
+    flat = op.Reshape(self, op.Constant(value_ints=[-1]))
+    return op.Gather(flat, op.Constant(value=ir.tensor(indices)))

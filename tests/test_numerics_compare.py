@@ -1,5 +1,6 @@
 """The one comparator (ortlab.numerics._compare): assert_close semantics, NaN/Inf rules,
-exact integers, the intermediate rule, nested outputs."""
+exact integers, the magnitude rule of decision flips' operands, nested outputs (the
+intermediate rule, eager's rounding: tests/test_numerics_blame.py)."""
 
 from __future__ import annotations
 
@@ -70,13 +71,13 @@ def test_shape_mismatch_fails_with_a_note():
     assert not result.passed and "shape differs" in result.note
 
 
-def test_intermediate_rule_scales_atol_with_operand_magnitude():
+def test_magnitude_rule_scales_atol_with_operand_magnitude():
     expected = torch.tensor([0.0, 1000.0])
     actual = torch.tensor([5e-4, 1000.0])  # rounding noise of a value near 1000
     assert not numerics.compare_tensors("t", actual, expected).passed
     scaled = numerics.compare_tensors("t", actual, expected, scale=0.0)
     assert scaled.passed and scaled.atol == pytest.approx(1e-2)
-    # Below magnitude 1 the intermediate rule is the output rule.
+    # Below magnitude 1 the magnitude rule is the output rule.
     small = numerics.compare_tensors("t", torch.tensor([2e-5]), torch.zeros(1), scale=0.5)
     assert not small.passed and small.atol == 1e-5
 

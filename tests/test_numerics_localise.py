@@ -210,3 +210,17 @@ def test_a_planted_normalisation_is_blamed_not_the_linear_layers_before_it(fusio
         inside = [n for n in linears if "fused operator" in n.note]
         assert [n.onnx_ops for n in inside] == [("FusedMatMul",)]
         assert inside[0].diff is None
+
+
+def test_a_fused_attention_value_laid_out_otherwise_is_not_blamed():
+    # ONNX Runtime's MultiHeadAttention keeps the name of an FX node whose value is
+    # [B, H, S, D] while its own is [B, S, H, D]: reshaped, the node looked 0.17 off.
+    model, inputs = zoo.get("tiny_llama").instantiate(2)
+    report = ortlab.diff(model.eval(), *inputs, nodes=True)
+    assert report.passed and report.partitions_passed
+    (session,) = report.backend.sessions
+    assert "MultiHeadAttention" in {n.op_type for n in session.model.graph.node}
+    skipped = [n for n in report.nodes if "laid out otherwise" in n.note]
+    assert skipped and all(n.diff is None for n in skipped)
+    assert not any(n.diverged or n.beyond_tolerance for n in report.nodes)
+

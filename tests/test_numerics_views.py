@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 import torch
-from numerics_helpers import sigmoid_to_relu
+from numerics_helpers import sigmoid_to_relu, sin_one_percent_high, x_of
 
 import ortlab
 from ortlab import errors, zoo
@@ -131,6 +131,30 @@ def test_report_renders_as_text_html_and_frames(planted):
     assert set(parts["first_divergent"]) == {"", "sigmoid"}
     nodes = report.nodes_frame()
     assert "sigmoid" in set(nodes["node"]) and nodes["diverged"].sum() == 1
+
+
+def test_html_blames_a_failing_partition_whose_nodes_were_not_compared():
+    mask = torch.zeros(4, 8)
+    mask[:, 6:] = torch.finfo(torch.float32).min
+    report = ortlab.diff(
+        lambda x, m: torch.sin(x) + m,
+        x_of(4, 8),
+        mask,
+        custom_translations={torch.ops.aten.sin.default: sin_one_percent_high},
+        nodes=False,
+    )
+    html = report._repr_html_()
+    assert "is wrong on its own inputs: output add" in html
+    assert "accumulates" not in html
+
+
+def test_nodes_table_shows_eagers_rounding_where_it_was_measured(planted):
+    nodes = planted.nodes_frame()
+    assert "rounding" in nodes.columns and "scale" not in nodes.columns
+    sigmoid = planted.first_divergent
+    assert sigmoid.rounding is not None and sigmoid.rounding < 1e-6  # one op's rounding
+    html = numerics.partition_html(planted, _failing(planted), graphs=False)
+    assert "eager rounding" in html
 
 
 def test_model_strings_are_escaped_in_html():

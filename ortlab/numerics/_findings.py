@@ -86,7 +86,8 @@ class DecisionFlip(_tabular.Tabular):
     operand_error: float = 0.0
     """Largest ``|ORT - eager|`` of the operands, over all their elements."""
     operand_atol: float = 0.0
-    """The intermediate tolerance the operands are within."""
+    """The absolute tolerance the operands are within (scaled by their magnitude: the
+    magnitude rule of :mod:`ortlab.numerics._compare`)."""
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "graph",

@@ -6,17 +6,21 @@
   PyTorch, recording what each partition receives (the error *carried in*) and, where
   asked, values inside partitions (decision flips);
 - :func:`local_value` runs one node on given operand values (a node's *own* error);
-- :class:`OperandScales` gives each node the magnitude the intermediate tolerance scales
-  with (:mod:`ortlab.numerics._compare`).
+- :class:`Float64Interpreter` runs a graph in float64, and :func:`local_value` one node:
+  how far eager's own float32 rounding is from the exact result, the allowance of the
+  intermediate rule (:mod:`ortlab.numerics._compare`).
 
 ``aten.view`` falls back to ``reshape`` (same values) everywhere: a partition's graph may
 rely on the strides its producer had in PyTorch (a ``view`` of a ``permute``), while ONNX
-Runtime hands over contiguous tensors.
+Runtime hands over contiguous tensors. The ops that read their operand's *storage*
+(:data:`STORAGE_READERS`: ``as_strided`` and its kin) get ONNX Runtime's values laid out
+as the eager graph had them (``_runner.laid_out_like``): on a contiguous copy of a
+transposed value ``as_strided`` reads other elements, and would repeat a translation's
+mistake instead of exposing it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -24,6 +28,17 @@ import torch
 import torch.fx
 
 from ortlab.backend import _torch_private
+from ortlab.numerics import _runner
+
+STORAGE_READERS = frozenset(
+    {
+        torch.ops.aten.as_strided.default,
+        torch.ops.aten.as_strided_copy.default,
+        torch.ops.aten.as_strided_scatter.default,
+    }
+)
+"""Ops whose result depends on how their operand lies in memory (strides, storage offset,
+the rest of its storage), not only on its values."""
 
 
 def _call(target: Any, args: Any, kwargs: Any) -> Any:
@@ -108,57 +123,69 @@ def kept_values(env: Mapping[torch.fx.Node, Any], names: Collection[str]) -> dic
     return {node.name: value for node, value in env.items() if node.name in names}
 
 
-def local_value(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> Any:
-    """Runs one FX node eagerly on the values ``env`` gives its operands."""
-    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
-    return _call(node.target, args, kwargs)
+def _float64(value: Any) -> Any:
+    """A floating-point tensor in float64 (complex in complex128), its layout kept; a
+    floating-point dtype as float64 (an op's ``dtype=`` argument)."""
+    if isinstance(value, torch.dtype):
+        if value.is_complex:
+            return torch.complex128
+        return torch.float64 if value.is_floating_point else value
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() and value.dtype != torch.complex128:
+            return _runner.clone_value(value, torch.complex128)
+        if value.is_floating_point() and value.dtype != torch.float64:
+            return _runner.clone_value(value, torch.float64)
+    return value
 
 
-def _magnitude(value: Any) -> float:
-    """Largest finite absolute value in a tensor, number, or tuple of them (0 if none)."""
-    if isinstance(value, (tuple, list)):
-        return max((_magnitude(v) for v in value), default=0.0)
-    if isinstance(value, bool) or not isinstance(value, (torch.Tensor, int, float)):
-        return 0.0
-    if not isinstance(value, torch.Tensor):
-        return abs(float(value)) if math.isfinite(value) else 0.0
-    if value.numel() == 0 or value.dtype == torch.bool or value.is_complex():
-        return 0.0
-    v = value.detach().to(torch.float64).abs()
-    v = v[torch.isfinite(v)]
-    return float(v.max()) if v.numel() else 0.0
+def float64_value(value: Any) -> Any:
+    """A value with its floating-point tensors in float64 (complex in complex128), their
+    layout kept."""
+    return _torch_private.tree_map(_float64, value)
 
 
-def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
+def _call_float64(target: Any, args: Any, kwargs: Any) -> Any:
+    """``target`` run in float64: floating-point operands and dtypes become float64."""
+    args, kwargs = _torch_private.tree_map(_float64, (args, kwargs))
+    return _call(target, args, kwargs)
 
 
-class OperandScales:
-    """The scale of a node for the intermediate rule: the largest finite magnitude among
-    its value, its operands' values and its numeric literals (rounding error follows the
-    operands: :mod:`ortlab.numerics._compare`)."""
+class Float64Interpreter(RecordingInterpreter):
+    """Runs a graph in float64 and keeps every node's value: floating-point inputs,
+    constants, operands and ``dtype=`` arguments become float64 (the same computation
+    without float32's rounding, as near as eager can run it)."""
 
-    def __init__(self, env: Mapping[torch.fx.Node, Any]) -> None:
-        self._env = env
-        self._own: dict[torch.fx.Node, float] = {}
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return super().run(*float64_value(args), **kwargs)
 
-    def _of(self, node: torch.fx.Node) -> float:
-        if node not in self._own:
-            self._own[node] = _magnitude(self._env.get(node))
-        return self._own[node]
+    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return float64_value(super().get_attr(target, args, kwargs))
 
-    def __call__(self, node: Any) -> float:
-        if not isinstance(node, torch.fx.Node):
-            return 0.0
-        leaves = _torch_private.tree_leaves((node.args, node.kwargs))
-        return max(
-            [
-                self._of(node),
-                *(self._of(a) for a in node.all_input_nodes),
-                *(abs(float(a)) for a in leaves if _is_number(a)),
-            ]
-        )
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return _call_float64(target, args, kwargs)
+
+
+def local_value(
+    node: torch.fx.Node,
+    env: Mapping[torch.fx.Node, Any],
+    layout: Mapping[torch.fx.Node, Any] | None = None,
+    *,
+    float64: bool = False,
+) -> Any:
+    """Runs one FX node eagerly on the values ``env`` gives its operands.
+
+    Args:
+        node: The node.
+        env: Its operands' values.
+        layout: The eager graph's values: an op that reads storage
+            (:data:`STORAGE_READERS`) gets its operands laid out as these are.
+        float64: Run the op in float64 (:class:`Float64Interpreter`'s conversions).
+    """
+
+    def value(operand: torch.fx.Node) -> Any:
+        if layout is not None and node.target in STORAGE_READERS:
+            return _runner.laid_out_like(env[operand], layout.get(operand))
+        return env[operand]
+
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+    return (_call_float64 if float64 else _call)(node.target, args, kwargs)

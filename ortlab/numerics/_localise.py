@@ -13,6 +13,10 @@ For every partition run captured during the compiled call:
   the ONNX value it became (accumulated error) and against its op run on the ONNX values
   of its operands (its *own* error); the first node whose own error is beyond tolerance is
   the *first divergent node*;
+- where a value is beyond the per-dtype tolerance, the same computation in float64: how
+  much of that eager's own rounding explains (the intermediate rule,
+  :mod:`ortlab.numerics._compare`); the rest is the partition's own error, never called
+  accumulated;
 - every node with a discrete result against the all-eager run: the *decision flips*
   (:mod:`ortlab.numerics._flips`).
 """
@@ -33,10 +37,52 @@ if TYPE_CHECKING:
     from ortlab.backend import GraphRecord, OrtBackend, OrtBackendOptions, PartitionRecord
 
 
+class _Float64Run:
+    """A partition's graph run in float64 on the inputs ONNX Runtime received, once, when
+    first asked: eager's own rounding of each of its nodes."""
+
+    def __init__(
+        self,
+        graph_module: torch.fx.GraphModule,
+        inputs: Sequence[Any],
+        eager_env: Mapping[torch.fx.Node, Any],
+    ) -> None:
+        self._graph_module = graph_module
+        self._inputs = inputs
+        self._eager_env = eager_env
+        self._env: Mapping[torch.fx.Node, Any] | None = None
+        self.failure = ""
+        """Why the float64 run failed (``""``: it did not, or has not run)."""
+
+    def _values(self) -> Mapping[torch.fx.Node, Any] | None:
+        if self._env is None and not self.failure:
+            interp = _interpret.Float64Interpreter(self._graph_module)
+            try:
+                with torch.no_grad():
+                    interp.run(*(_runner.clone_value(v) for v in self._inputs))
+            except Exception as e:
+                self.failure = f"the float64 run failed ({type(e).__name__}: {e})"
+                return None
+            self._env = interp.env
+        return self._env
+
+    def rounding(self, node: Any) -> tuple[float | None, str]:
+        """Eager's rounding of ``node``'s value (``None`` and why when unknown)."""
+        env = self._values()
+        if env is None:
+            return None, self.failure
+        return _measured(_compare.rounding_of(self._eager_env.get(node), env.get(node)), node)
+
+
+def _measured(rounding: float | None, node: Any) -> tuple[float | None, str]:
+    why = "" if rounding is not None else f"no float64 value of {getattr(node, 'name', node)}"
+    return rounding, why
+
+
 def _compare_nodes(
     capture: _runner.Capture,
     eager_env: Mapping[torch.fx.Node, Any],
-    scales: _interpret.OperandScales,
+    float64: _Float64Run,
     *,
     atol: float | None,
     rtol: float | None,
@@ -66,7 +112,17 @@ def _compare_nodes(
     for node, value in zip(placeholders, capture.inputs):
         ort_env[node] = frozen.get(node.name, _runner.clone_value(value))
     compare = _NodeComparison(
-        record, eager_env, ort_env, scales, mapping, ops, fused, ort_values, frozen, atol, rtol
+        record,
+        eager_env,
+        ort_env,
+        float64,
+        mapping,
+        ops,
+        fused,
+        ort_values,
+        frozen,
+        atol,
+        rtol,
     )
     with torch.no_grad():
         found = [compare(node, position) for position, node in enumerate(nodes)]
@@ -81,7 +137,7 @@ class _NodeComparison:
     record: PartitionRecord
     eager_env: Mapping[torch.fx.Node, Any]
     ort_env: dict[torch.fx.Node, Any]
-    scales: _interpret.OperandScales
+    float64: _Float64Run
     mapping: Mapping[str, str]
     """FX node name -> ONNX value name."""
     ops: Mapping[str, Sequence[str]]
@@ -92,6 +148,11 @@ class _NodeComparison:
     frozen: Mapping[str, Any]
     atol: float | None
     rtol: float | None
+    exact: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
+    """Float64 counterparts of ``ort_env``'s values, computed when first needed
+    (:meth:`_exact`)."""
+    from_ort: set[torch.fx.Node] = dataclasses.field(default_factory=set)
+    """The nodes whose ``ort_env`` value ONNX Runtime computed (or received)."""
 
     def __call__(self, node: torch.fx.Node, position: int) -> _records.NodeDiff | None:
         eager = self.eager_env.get(node)
@@ -108,6 +169,7 @@ class _NodeComparison:
             "onnx_ops": tuple(self.ops.get(node.name, ())),
         }
         if node.op == "placeholder":
+            self.from_ort.add(node)
             if node.name not in self.frozen:
                 return None  # a real input: identical on both sides by construction
             diff = _compare.compare_tensors(
@@ -123,20 +185,20 @@ class _NodeComparison:
             )
         local_note = ""
         try:
-            local_ref = _interpret.local_value(node, self.ort_env)
+            local_ref = _interpret.local_value(node, self.ort_env, self.eager_env)
         except Exception as e:
             local_ref = None
             local_note = f"own error not isolated ({type(e).__name__})"
         value_name = self.mapping.get(node.name, "")
         got = self.ort_values.get(value_name) if value_name else None
+        not_comparable = ""
         if isinstance(got, torch.Tensor) and isinstance(eager, torch.Tensor):
             if got.dtype != eager.dtype and got.numel() == eager.numel():
                 got = got.to(eager.dtype)  # a translation detail, not a numerical error
-            if got.shape != eager.shape and got.numel() == eager.numel():
-                # (1,) vs (): the runtime's scalar convention; [B, S, N] vs [B*S, N]: a
-                # linear map ortlab runs over the leading dims (backend/_passes.py).
-                got = got.reshape(eager.shape)
+            got, not_comparable = _in_node_shape(got, eager)
+        if isinstance(got, torch.Tensor) and isinstance(eager, torch.Tensor):
             self.ort_env[node] = got
+            self.from_ort.add(node)
         else:
             self.ort_env[node] = local_ref if local_ref is not None else eager
         if not isinstance(eager, torch.Tensor):
@@ -145,22 +207,72 @@ class _NodeComparison:
                 **base, onnx_value=value_name, diff=None, note=f"value is {kind}"
             )
         if got is None:
-            why = "no ONNX value carries this node" if not value_name else "not computed"
+            why = not_comparable or (
+                "no ONNX value carries this node" if not value_name else "not computed"
+            )
             if not value_name and node.name in self.fused:
                 why = "inside an ONNX Runtime fused operator: compared where it ends"
             return _records.NodeDiff(**base, onnx_value=value_name, diff=None, note=why)
-        scale = self.scales(node)
-        diff = _compare.compare_tensors(
-            node.name, got, eager, scale=scale, atol=self.atol, rtol=self.rtol
+        judge = functools.partial(
+            _compare.compare_intermediate, node.name, got, atol=self.atol, rtol=self.rtol
         )
+        diff = judge(eager, functools.partial(self.float64.rounding, node))
         local = None
         if isinstance(local_ref, torch.Tensor):
-            local = _compare.compare_tensors(
-                node.name, got, local_ref, scale=scale, atol=self.atol, rtol=self.rtol
-            )
+            local = judge(local_ref, functools.partial(self._own_rounding, node, local_ref))
         return _records.NodeDiff(
             **base, onnx_value=value_name, diff=diff, local=local, note=local_note
         )
+
+    def _own_rounding(self, node: torch.fx.Node, value: Any) -> tuple[float | None, str]:
+        """Eager's rounding of what the node's own error covers: its op on ONNX Runtime's
+        values of its operands, and the ops before it whose values ONNX Runtime does not
+        expose (a fused operator's insides, which its value holds too)."""
+        try:
+            for operand in node.all_input_nodes:
+                self._exact(operand)
+            exact = _interpret.local_value(node, self.exact, self.eager_env, float64=True)
+        except Exception as e:
+            return None, f"it failed in float64 ({type(e).__name__}: {e})"
+        return _measured(_compare.rounding_of(value, exact), node)
+
+    def _exact(self, node: torch.fx.Node) -> Any:
+        """``ort_env[node]`` in float64: ONNX Runtime's value where it computed one, else
+        the node run in float64 on its operands' (in topological order, no recursion)."""
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in self.exact:
+                stack.pop()
+            elif top in self.from_ort:
+                self.exact[top] = _interpret.float64_value(self.ort_env[top])
+            else:
+                missing = [a for a in top.all_input_nodes if a not in self.exact]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                self.exact[top] = _interpret.local_value(
+                    top, self.exact, self.eager_env, float64=True
+                )
+        return self.exact[node]
+
+
+def _in_node_shape(got: torch.Tensor, eager: torch.Tensor) -> tuple[torch.Tensor | None, str]:
+    """ONNX Runtime's value in the shape of the node's, where it holds the same elements in
+    the same order: ``(1,)`` vs ``()`` (the runtime's scalar convention), ``[B, S, N]`` vs
+    ``[B*S, N]`` (a linear map ortlab runs over the leading dims, backend/_passes.py).
+    Otherwise ``None`` and a note: a fused operator that kept the node's name may lay its
+    result out differently (attention's ``[B, S, H, D]`` for ``[B, H, S, D]``), and
+    comparing it reshaped would blame the node for a permutation."""
+    if got.shape == eager.shape or got.numel() != eager.numel():
+        return got, ""  # a different size fails the comparison, as it should
+    flattened = (got.dim() == 2 or eager.dim() == 2) and got.shape[-1:] == eager.shape[-1:]
+    if got.numel() <= 1 or flattened:
+        return got.reshape(eager.shape), ""
+    return None, (
+        f"the ONNX value is {list(got.shape)}, the node's {list(eager.shape)}: laid out "
+        "otherwise, not compared"
+    )
 
 
 def _compatible(meta: Any, value: Any) -> bool:
@@ -374,19 +486,20 @@ def _partition_run(
         result.notes.append(f"the FX subgraph failed eagerly: {type(e).__name__}: {e}")
         return result, {}
     eager_outs = eager_out if isinstance(eager_out, (tuple, list)) else (eager_out,)
-    scales = _interpret.OperandScales(interp.env)
+    float64 = _Float64Run(record.graph_module, cap.inputs, interp.env)
     output_node = next(n for n in record.graph_module.graph.nodes if n.op == "output")
     out_args = output_node.args[0]
     out_nodes = out_args if isinstance(out_args, (tuple, list)) else (out_args,)
     for name, got, ref, node in zip(record.output_names, cap.outputs, eager_outs, out_nodes):
+        rounding = functools.partial(float64.rounding, node)
         result.outputs.append(
-            _compare.compare_tensors(name, got, ref, atol=atol, rtol=rtol, scale=scales(node))
+            _compare.compare_intermediate(name, got, ref, rounding, atol=atol, rtol=rtol)
         )
     if nodes or (nodes is None and not result.passed):
         result.nodes = _compare_nodes(
             cap,
             interp.env,
-            scales,
+            float64,
             atol=atol,
             rtol=rtol,
             options=options,

@@ -34,7 +34,8 @@ class TensorDiff(_tabular.Tabular):
     shape: tuple[int, ...]
     dtype: str
     atol: float
-    """The absolute tolerance applied (after scaling, for intermediates)."""
+    """The absolute tolerance applied (for an intermediate judged with eager's rounding,
+    ``atol + ROUNDING_FACTOR * rounding``: :mod:`ortlab.numerics._compare`)."""
     rtol: float
     passed: bool
     """No element mismatched (and shape/dtype agree)."""
@@ -57,7 +58,11 @@ class TensorDiff(_tabular.Tabular):
     exact: bool = False
     """Compared exactly (integer/bool dtype, or a Python scalar)."""
     scale: float = 0.0
-    """Largest finite ``|eager|`` (for intermediates: of the value and its op's operands)."""
+    """Largest finite ``|eager|``."""
+    rounding: float | None = None
+    """For an intermediate beyond the plain tolerance: eager's own rounding, the largest
+    ``|eager - float64|`` of the same computation; ``None`` when not measured (within the
+    plain tolerance, or the float64 run failed: ``note``)."""
     ratio: float = 0.0
     """Largest ``|ort - eager| / (atol + rtol * |eager|)`` over elements: above 1 means a
     mismatch; the views colour by it."""
@@ -215,7 +220,7 @@ class NodeDiff(_tabular.Tabular):
         "local_abs",
         "max_abs",
         "max_rel",
-        "scale",
+        "rounding",
         "atol",
         "mismatched",
         "note",
@@ -229,7 +234,7 @@ class NodeDiff(_tabular.Tabular):
         _tabular.VERDICT,
         "own max abs",
         "accumulated max abs",
-        "scale",
+        "eager rounding",
         "atol used",
         "note",
     )
@@ -256,6 +261,15 @@ class NodeDiff(_tabular.Tabular):
     @property
     def shape(self) -> tuple[int, ...]:
         return self.diff.shape if self.diff is not None else ()
+
+    @property
+    def rounding(self) -> float | None:
+        """Eager's own rounding where it was measured: of the op alone (``local``) when
+        it diverged or was judged with it, else of the computation up to the node."""
+        for d in (self.local, self.diff):
+            if d is not None and d.rounding is not None:
+                return d.rounding
+        return None
 
     @property
     def ops_text(self) -> str:
@@ -294,7 +308,7 @@ class NodeDiff(_tabular.Tabular):
             _tabular.verdict(not self.diverged) if d else "-",
             _html.number(self.local_error),
             _html.number(d.max_abs_error if d else None),
-            _html.number(d.scale if d else None),
+            _html.number(self.rounding),
             _html.number(d.atol if d else None),
             self.note or (d.note if d else ""),
         )
@@ -314,7 +328,7 @@ class NodeDiff(_tabular.Tabular):
             local.max_abs_error if local else None,
             d.max_abs_error if d else None,
             d.max_rel_error if d else None,
-            d.scale if d else None,
+            self.rounding,
             d.atol if d else None,
             d.mismatched if d else None,
             self.note or (d.note if d else ""),
@@ -409,6 +423,28 @@ class PartitionDiff(_tabular.Tabular):
     def label(self) -> str:
         run = f" run {self.run}" if self.run else ""
         return f"{self.graph_kind} {self.graph_index}/{self.name}{run}"
+
+    def describe(self) -> str:
+        """One line on a failing partition run: its own error, at its worst output
+        (``""`` when it passed or was not compared)."""
+        failing = [o for o in self.outputs if not o.passed]
+        if not self.compared or not failing:
+            return ""
+        worst = max(failing, key=lambda o: o.ratio)
+        run = f" run {self.run}" if self.run else ""
+        rounding = (
+            f", eager's own rounding {_html.number(worst.rounding)}"
+            if worst.rounding is not None
+            else ""
+        )
+        return (
+            f"partition {self.name}{run} ({self.graph_kind} graph {self.graph_index}) is "
+            f"wrong on its own inputs: output {worst.name} {worst.dtype}"
+            f"[{_tabular.shape_text(worst.shape)}], local max abs error "
+            f"{_html.number(worst.max_abs_error)}, {worst.mismatched}/{worst.numel} elements "
+            f"beyond atol={_html.number(worst.atol)}, rtol={_html.number(worst.rtol)}"
+            f"{rounding}"
+        )
 
     def cells(self) -> tuple[str, ...]:
         first = self.first_divergent

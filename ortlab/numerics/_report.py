@@ -95,7 +95,8 @@ class DiffReport:
 
     ``passed`` is the verdict on what a user sees (outputs, and gradients when diffed), at
     ``torch.testing.assert_close`` semantics. Partitions and nodes explain a failure: a
-    failing partition introduces error itself (``first_divergent`` says where); a decision
+    failing partition introduces error itself, beyond the per-dtype tolerance and eager's
+    own rounding (``first_divergent`` says where); a decision
     flip (``flips``) is rounding that crossed a discontinuity, after which results differ
     legitimately; a failing output with neither means error accumulated across partitions
     (see each partition's ``carried_in``). ``first_cause`` is the first of these in
@@ -266,7 +267,12 @@ class DiffReport:
             return text if self.reference is not None else f"{text} {FLIP_HINT}"
         if cause is not None:
             return f"first divergent {cause.describe()}"
-        if not self.passed and not self.failing_partitions:
+        failing = self.failing_partitions
+        if failing:
+            # Its nodes were not compared (nodes=False) or none could be matched to ONNX:
+            # the partition is still what is wrong, never the error "accumulating".
+            return f"first failing {failing[0].describe()}"
+        if not self.passed:
             return (
                 "no partition diverges on its own inputs and no decision flipped: the "
                 "error accumulates"
