@@ -224,3 +224,26 @@ def test_a_fused_attention_value_laid_out_otherwise_is_not_blamed():
     assert skipped and all(n.diff is None for n in skipped)
     assert not any(n.diverged or n.beyond_tolerance for n in report.nodes)
 
+
+def test_the_debug_model_returns_only_values_whose_element_type_is_known():
+    from onnx import TensorProto, helper
+
+    from ortlab.numerics import _debug
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["relu"]),
+            helper.make_node("Mystery", ["relu"], ["odd"], domain="com.example"),
+            helper.make_node("Neg", ["relu"], ["neg"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    debug = _debug._debug_model(model, ["relu", "odd", "neg"])
+    # relu has no value_info: ONNX's shape inference types it; an output without a type
+    # made ONNX Runtime's session unusable for the whole debug run (GPT-2's backward).
+    outputs = {o.name: o.type.tensor_type.elem_type for o in debug.graph.output}
+    assert outputs == {"neg": TensorProto.FLOAT, "relu": TensorProto.FLOAT}

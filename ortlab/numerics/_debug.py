@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx.numpy_helper
+import onnx.shape_inference
 import torch
 
 import ortlab.backend
@@ -62,24 +63,39 @@ def onnx_values(
     return mapping, ops, fused
 
 
+def _element_types(graph: onnx.GraphProto) -> dict[str, int]:
+    """The element type of every value the graph types."""
+    types: dict[str, int] = {}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        elem = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
+        if elem:
+            types.setdefault(info.name, elem)
+    return types
+
+
 def _debug_model(model: onnx.ModelProto, values: Sequence[str]) -> onnx.ModelProto:
-    """A copy of ``model`` that also returns ``values`` (intermediates) as graph outputs."""
+    """A copy of ``model`` that also returns ``values`` (intermediates) as graph outputs:
+    those whose element type the model, or ONNX's shape inference, knows (an output
+    without one cannot be handed to PyTorch; its FX node is then "not computed")."""
     debug = onnx.ModelProto()
     debug.CopyFrom(model)
     graph = debug.graph
     existing = {o.name for o in graph.output}
-    infos = {v.name: v for v in graph.value_info}
-    for name in values:
-        if name in existing:
-            continue
-        existing.add(name)
-        out = graph.output.add()
-        out.name = name
-        info = infos.get(name)
-        if info is not None and info.type.HasField("tensor_type"):
-            # Element type only: shapes may be symbolic or changed by a transform; ORT
-            # infers them (and the element type, where the model has none).
-            out.type.tensor_type.elem_type = info.type.tensor_type.elem_type
+    wanted = [name for name in dict.fromkeys(values) if name not in existing]
+    types = _element_types(model.graph)
+    if any(name not in types for name in wanted):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model).graph
+        except Exception:
+            inferred = None  # ONNX Runtime's contrib ops can be unknown to ONNX
+        if inferred is not None:
+            types = {**_element_types(inferred), **types}
+    for name in wanted:
+        if name in types:
+            out = graph.output.add()
+            out.name = name
+            # Element type only: shapes may be symbolic or changed by a transform.
+            out.type.tensor_type.elem_type = types[name]
     return debug
 
 
