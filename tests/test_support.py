@@ -151,29 +151,20 @@ def _table(target, key, **row):
 def test_a_translation_conformance_rejects_stays_eager_only_when_its_bad_output_is_used(
     registry,
 ):
-    """A wrong auxiliary output (torchlib's zeros for logsumexp) only matters when the
-    graph reads it: AOTAutograd saves logsumexp for the backward."""
-    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    target = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    """A wrong auxiliary output only matters when the graph reads it (AOTAutograd saves
+    such outputs for the backward)."""
+    target = "aten.sort.default"
     table = _table(
         target, "float32/contiguous", status="fails", reason="output 1 differs", outputs=(1,)
     )
-    q = torch.randn(1, 2, 4, 8)
-
-    def only_output(q):
-        return op(q, q, q)[0]
-
-    def with_logsumexp(q):
-        out, lse = op(q, q, q)
-        return out, lse
-
-    used, _ = _verdicts(with_logsumexp, q, registry=registry, conformance=table)
-    attn = next(v for v in used.values() if v.target == target)
-    assert not attn.supported and attn.rule == "disagrees-with-pytorch"
-    assert "output 1 differs" in attn.reason and "float32, contiguous" in attn.reason
-    unused, _ = _verdicts(only_output, q, registry=registry, conformance=table)
-    attn = next(v for v in unused.values() if v.target == target)
-    assert attn.supported and attn.rule == "translated"
+    x = torch.randn(6)
+    used, _ = _verdicts(lambda x: torch.sort(x), x, registry=registry, conformance=table)
+    sort = next(v for v in used.values() if v.target == target)
+    assert not sort.supported and sort.rule == "disagrees-with-pytorch"
+    assert "output 1 differs" in sort.reason and "float32, contiguous" in sort.reason
+    unused, _ = _verdicts(lambda x: torch.sort(x)[0], x, registry=registry, conformance=table)
+    sort = next(v for v in unused.values() if v.target == target)
+    assert sort.supported and sort.rule == "translated"
 
 
 def test_verified_translations_say_so_and_unsampled_forms_say_not_verified(registry):
@@ -269,3 +260,42 @@ def test_as_strided_on_a_non_contiguous_graph_input_stays_in_pytorch_and_is_righ
     verdict = graph.verdict("as_strided")
     assert not verdict.supported and verdict.rule == "storage-reader"
     assert graph.verdict("mul").supported
+
+
+def test_attention_whose_logsumexp_is_used_stays_eager_even_without_a_conformance_row(
+    registry,
+):
+    """torchlib returns zeros for logsumexp; the backward reads it (MultiheadAttention's
+    training gradients were off by 47-140 while only the conformance table could say so
+    and had no row for it)."""
+    from ortlab.backend import _conformance
+
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    q = torch.randn(1, 2, 4, 8)
+    empty = _conformance.Table({}, {})
+    used, _ = _verdicts(lambda q: op(q, q, q), q, registry=registry, conformance=empty)
+    attn = next(v for v in used.values() if "flash_attention" in v.target)
+    assert not attn.supported and attn.rule == "placeholder-outputs"
+    assert "logsumexp" in attn.reason
+    unused, _ = _verdicts(lambda q: op(q, q, q)[0], q, registry=registry, conformance=empty)
+    assert next(v for v in unused.values() if "flash_attention" in v.target).supported
+
+
+def test_multihead_attention_trains_with_eager_gradients():
+    import ortlab
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+    x = torch.randn(2, 4, 16, requires_grad=True)
+
+    def fn(m, x):
+        return m(x, x, x, need_weights=False)[0]
+
+    compiled = ortlab.compile(mha)
+    out = compiled(x, x, x, need_weights=False)[0]
+    out.pow(2).sum().backward()
+    got = [p.grad.clone() for p in mha.parameters()]
+    mha.zero_grad()
+    fn(mha, x).pow(2).sum().backward()
+    for g, p in zip(got, mha.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)

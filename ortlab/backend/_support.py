@@ -339,6 +339,34 @@ def _no_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
     )
 
 
+_PLACEHOLDER_OUTPUTS: dict[str, str] = {
+    "_scaled_dot_product_flash_attention": "logsumexp and the RNG state",
+    "_scaled_dot_product_efficient_attention": "logsumexp and the RNG state",
+    "_scaled_dot_product_cudnn_attention": "logsumexp and the RNG state",
+}
+"""Ops whose torchlib translation computes output 0 only and returns placeholders
+(zeros) for the others, by op name prefix, with what those outputs are."""
+
+
+def _placeholder_outputs(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """Attention ops whose translation returns placeholders for every output but the
+    first (logsumexp, the RNG state), when the graph reads one of those: AOTAutograd
+    saves logsumexp for the backward, which would divide by zeros. Known from torchlib's
+    source, and checked whether or not the conformance table has sampled the op."""
+    if not _is_overload(node):
+        return None
+    name = node.target.__name__  # type: ignore[union-attr]
+    what = next((v for k, v in _PLACEHOLDER_OUTPUTS.items() if name.startswith(k)), None)
+    used = used_outputs(node)
+    if what is None or not used or used == (0,):
+        return None
+    return Decision(
+        False,
+        f"outputs {[i for i in used if i]} ({what}) are used, but the ONNX translation "
+        "returns placeholders for them; runs in PyTorch",
+    )
+
+
 def _conformance_finding(node: torch.fx.Node, facts: Facts) -> _conformance.Finding:
     if not _is_overload(node):
         return _conformance.NOT_VERIFIED
@@ -416,6 +444,7 @@ RULES: tuple[Rule, ...] = (
     Rule("random", _random),
     Rule("batch-norm-training", _batch_norm_training),
     Rule("no-translation", _no_translation),
+    Rule("placeholder-outputs", _placeholder_outputs),
     Rule("disagrees-with-pytorch", _disagrees_with_pytorch),
     Rule("verified", _verified),
     Rule("translated", _translated),
