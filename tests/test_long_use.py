@@ -112,3 +112,26 @@ def test_a_partitions_session_records_are_bounded_like_its_sessions():
     assert sum(s.active for s in symbolic.sessions) == _executor.MAX_SESSIONS_PER_PARTITION
     assert [s.index for s in symbolic.sessions] == list(range(38 - bound, 38))
     assert symbolic.session(37) is symbolic.sessions[-1] and symbolic.session(0) is None
+
+
+def test_freezing_says_once_which_weight_writes_it_sees():
+    from ortlab.backend import _executor
+
+    _executor._say_which_writes_frozen_weights_see.cache_clear()
+    model = _mlp()
+    with torch.no_grad():
+        with pytest.warns(RuntimeWarning, match=r"cannot see writes.*\.data") as caught:
+            ortlab.compile(model, freeze_parameters=True)(torch.randn(2, 64))
+            ortlab.compile(_mlp(1), freeze_parameters=True)(torch.randn(2, 64))
+    assert sum("freeze_parameters=True bakes" in str(w.message) for w in caught) == 1
+    # What it says: a write through .data in place is not seen...
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        compiled(x)
+        model[0].weight.data.mul_(2)
+        stale = compiled(x)
+        assert not torch.allclose(stale, model(x))
+        # ...and clear_sessions() makes the next call see it.
+        compiled.ortlab_backend.clear_sessions()
+        torch.testing.assert_close(compiled(x), model(x))

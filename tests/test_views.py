@@ -226,7 +226,7 @@ def test_partition_viewer_highlights_onnx_nodes_of_a_chosen_fx_node_and_back(inf
     viewer = views.PartitionViewer(inference)
     viewer.partition.value = "fused_1"
     session = inference.graphs[0].partitions[0].sessions[0]
-    assert session.partition == "fused_1"
+    assert session.partition_name == "fused_1"
     prov = views.provenance(session)
     onnx_svg = parse_svg(_svg_of(viewer.onnx_view.value))
     fx_svg = parse_svg(_svg_of(viewer.fx_view.value))
@@ -361,7 +361,7 @@ def test_inspector_has_the_tabs_and_the_partition_viewer_follows_choices(trainin
     assert [v for _, v in viewer.partition.options] == ["fused_0"]
     assert viewer.session.layout.display == "none"  # one session: no choice shown
     backward = training.graphs[1].partitions[0]
-    assert backward.sessions[0].partition == "fused_0"
+    assert backward.sessions[0].partition_name == "fused_0"
     assert "<svg" in viewer.fx_view.value and "<svg" in viewer.onnx_view.value
     assert "sub_7" in viewer.verdicts.value or backward.node_names[0] in viewer.verdicts.value
     assert "input_schema" in viewer.sessions.value

@@ -16,6 +16,7 @@ parameters, and the fall back to PyTorch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import operator
 import threading
@@ -446,6 +447,8 @@ class OrtPartitionModule:
         options = context.options
         record = self.record
         frozen = self._frozen(args)
+        if frozen:
+            _say_which_writes_frozen_weights_see()
         static = options.dynamic_shapes is False
         exported = _export.export_partition(
             self.eager,
@@ -731,6 +734,23 @@ class OrtPartitionModule:
             runner.record.active = False
         self._runners.clear()
         self._last = None
+
+
+@functools.cache
+def _say_which_writes_frozen_weights_see() -> None:
+    """Once per process, at the first model with frozen weights: which writes to them a
+    frozen session sees and which it cannot (it would give stale results)."""
+    warnings.warn(
+        "ortlab: freeze_parameters=True bakes parameters and buffers into the ONNX "
+        "models. A frozen session is rebuilt when a weight is written in a way PyTorch "
+        "counts (in place: p.add_(...), optimizer.step(); replaced: module.weight = ...; "
+        "p.data = ...). It cannot see writes PyTorch does not count: in place through "
+        ".data (p.data.mul_(...)) or a NumPy view (p.detach().numpy()[...] = ...). After "
+        "such a write call backend.clear_sessions(), or leave freeze_parameters off; "
+        "ortlab.diff flags a frozen session whose weights no longer match the module.",
+        RuntimeWarning,
+        stacklevel=6,
+    )
 
 
 def _bound_records(record: records.PartitionRecord) -> None:
