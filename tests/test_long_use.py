@@ -135,3 +135,21 @@ def test_freezing_says_once_which_weight_writes_it_sees():
         # ...and clear_sessions() makes the next call see it.
         compiled.ortlab_backend.clear_sessions()
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_diff_of_a_compiled_call_flags_frozen_weights_written_behind_pytorchs_back():
+    from ortlab import numerics
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    compiled = ortlab.compile(model, freeze_parameters=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled(x)
+    assert numerics.diff_compiled(compiled, x).passed
+    model[0].weight.data.mul_(2)  # not counted: the frozen session keeps the old weight
+    report = numerics.diff_compiled(compiled, x)
+    assert not report.passed
+    (stale,) = [text for p in report.partitions for text in p.stale_frozen]
+    assert "no longer matches the module's tensor" in stale
+    assert report.cause_text() == stale

@@ -456,6 +456,34 @@ def _fill_carried_in(
     )
 
 
+def _stale_frozen(cap: _runner.Capture) -> list[str]:
+    """The frozen weights of the session's model that differ from the tensors the
+    partition was called with (see :attr:`PartitionDiff.stale_frozen`)."""
+    from onnx import numpy_helper
+
+    frozen = set(cap.session.frozen_inputs)
+    if not frozen:
+        return []
+    initializers = {init.name: init for init in cap.session.model.graph.initializer}
+    stale = []
+    for name, value in zip(cap.partition.input_names, cap.inputs):
+        init = initializers.get(name)
+        if name not in frozen or init is None or not isinstance(value, torch.Tensor):
+            continue
+        baked = torch.from_numpy(numpy_helper.to_array(init).copy())
+        current = value.detach().to("cpu")
+        if baked.shape != current.shape or not torch.equal(baked.to(current.dtype), current):
+            error = (baked.double() - current.double()).abs().max().item()
+            stale.append(
+                f"frozen weight {name} of {cap.partition.name} no longer matches the "
+                f"module's tensor (max abs difference {error:.3g}): it was written "
+                "without PyTorch counting it (through .data in place, or a NumPy view), "
+                "so the session runs the old value; backend.clear_sessions() exports it "
+                "again"
+            )
+    return stale
+
+
 def _partition_run(
     cap: _runner.Capture,
     run: int,
@@ -477,6 +505,7 @@ def _partition_run(
         "ort",
         session_index=cap.session.index,
     )
+    result.stale_frozen = _stale_frozen(cap)
     interp = _interpret.RecordingInterpreter(record.graph_module)
     try:
         with torch.no_grad():

@@ -364,6 +364,10 @@ class PartitionDiff(_tabular.Tabular):
     flips: list[DecisionFlip] = dataclasses.field(default_factory=list)
     """Decision flips among this partition's nodes, in topological order."""
     notes: list[str] = dataclasses.field(default_factory=list)
+    stale_frozen: list[str] = dataclasses.field(default_factory=list)
+    """Frozen weights (``freeze_parameters``) whose values in the session's model no
+    longer match the module's tensors: written without PyTorch counting it (through
+    ``.data`` in place, a NumPy view), each as a sentence naming it."""
     run_data: Any = dataclasses.field(default=None, repr=False, compare=False)
     """What ONNX Runtime received and returned in this run (the numerics runner's
     ``Capture``), kept for runs a repro may be saved from (failing or holding a flip),

@@ -257,6 +257,10 @@ class DiffReport:
     def cause_text(self) -> str:
         """What :attr:`first_cause` is and what it means, in words (``""`` when there is
         nothing to say)."""
+        stale = [text for p in self.partitions for text in p.stale_frozen]
+        if stale:
+            more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
+            return f"{stale[0]}{more}"
         cause = self.first_cause
         if isinstance(cause, DecisionFlip):
             if self.passed:
