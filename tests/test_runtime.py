@@ -3,6 +3,8 @@ mutation, preallocated outputs, static export, and the no-AOT inference path."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -352,3 +354,120 @@ def test_schema_checks_run_only_where_dynamos_guards_do_not_hold_the_inputs(guar
     # test_executor's freeze tests).
     assert runner.matches((torch.randn(5, 4), y)) is guaranteed
     assert runner.matches((x.double(), y)) is guaranteed
+
+
+# -- layouts: outputs come back with the strides eager gives them -------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "order"),
+    [
+        (lambda: torch.empty(2, 3, 4, 5), None),
+        (lambda: torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last), (0, 2, 3, 1)),
+        (
+            lambda: torch.empty(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d),
+            (0, 2, 3, 4, 1),
+        ),
+        (lambda: torch.empty(3, 4).t(), (1, 0)),
+        (lambda: torch.empty(1, 3, 4, 4).to(memory_format=torch.channels_last), (0, 2, 3, 1)),
+        (lambda: torch.empty(3, 1).expand(3, 4), None),  # not dense
+        (lambda: torch.empty(4, 6)[:, :3], None),  # not dense
+        (lambda: torch.empty(5), None),
+    ],
+    ids=[
+        "contiguous",
+        "channels_last",
+        "channels_last_3d",
+        "t",
+        "batch1",
+        "expand",
+        "slice",
+        "1d",
+    ],
+)
+def test_memory_order_of_a_layout(make, order):
+    from ortlab.backend import _runtime
+
+    value = make()
+    assert _runtime.memory_order(value) == order
+    if order is not None:  # the tensor in memory order is contiguous
+        assert value.permute(order).is_contiguous()
+
+
+class _ConvBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = torch.relu(self.norm(self.conv(x)))
+        return y, y.mean(dim=(2, 3))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("preallocate", [False, True], ids=["ort-allocates", "preallocated"])
+def test_channels_last_outputs_keep_eagers_strides(dynamic, preallocate):
+    torch.manual_seed(0)
+    model = _ConvBlock().eval().to(memory_format=torch.channels_last)
+    backend = OrtBackend(OrtBackendOptions(preallocate_output=preallocate))
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    with torch.no_grad():
+        for batch in (2, 3):
+            x = torch.randn(batch, 4, 6, 6).to(memory_format=torch.channels_last)
+            got, expected = compiled(x), model(x)
+            for g, e in zip(got, expected):
+                assert g.stride() == e.stride()
+                torch.testing.assert_close(g, e)
+    _ran_in_ort(backend, runs=2)
+    model_proto = backend.sessions[0].model
+    assert model_proto.graph.output[0].name.endswith("__memory_order")
+
+
+def test_a_transposed_output_keeps_eagers_strides():
+    def f(x):
+        return (x * 2).t()
+
+    compiled, backend = _compile(f, dynamic=False)
+    x = torch.randn(3, 5)
+    got = compiled(x)
+    assert got.stride() == f(x).stride() == (1, 5)
+    torch.testing.assert_close(got, f(x))
+    _ran_in_ort(backend)
+
+
+def test_channels_last_training_step_keeps_strides_and_gradients():
+    torch.manual_seed(0)
+    model = _ConvBlock().to(memory_format=torch.channels_last)
+    reference = copy.deepcopy(model)
+    backend = OrtBackend()
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    got = torch.compile(model, backend=backend)(x)
+    expected = reference(x)
+    assert got[0].stride() == expected[0].stride()
+    (got[0].sum() + got[1].sum()).backward()
+    (expected[0].sum() + expected[1].sum()).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        # The conv's bias gradient is 0 up to rounding (batch norm follows it).
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+    _ran_in_ort(backend)
+
+
+def test_a_saved_session_of_a_channels_last_model_reruns_as_saved(tmp_path):
+    import onnxruntime
+
+    from ortlab.backend import load_test_case
+
+    torch.manual_seed(0)
+    model = _ConvBlock().eval().to(memory_format=torch.channels_last)
+    backend = OrtBackend(OrtBackendOptions(keep_last_run=True))
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(x)
+    (session,) = backend.sessions
+    proto, inputs, expected = load_test_case(session.save(tmp_path / "case"))
+    ort_session = onnxruntime.InferenceSession(proto.SerializeToString())
+    names = [i.name for i in ort_session.get_inputs()]
+    for got, want in zip(ort_session.run(None, dict(zip(names, inputs))), expected):
+        assert got.shape == want.shape
+        torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ import torch
 import torch.fx
 
 from ortlab import errors
-from ortlab.backend import _fusions, _passes, _torch_private, records
+from ortlab.backend import _fusions, _passes, _runtime, _torch_private, records
 
 if TYPE_CHECKING:
     import onnx
@@ -313,6 +314,45 @@ translation (onnxscript's default evaluator, the exporter's current tracer), so 
 once, from two threads of the same or different backends, mix their nodes."""
 
 
+def _outputs_in_memory_order(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -> None:
+    """Ends each output whose FX value is laid out in another dim order than contiguous
+    (channels_last...) with a Transpose to that order, and lists the permutations in the
+    model's metadata, in place (see ``_runtime``'s NOTE: the runner permutes ORT's
+    tensor back, so the output has eager's strides without a copy)."""
+    import onnx
+
+    (output,) = (n for n in gm.graph.nodes if n.op == "output")
+    returned = output.args[0]
+    if not isinstance(returned, (tuple, list)):
+        returned = (returned,)
+    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in returned]
+    orders = [_runtime.memory_order(v) for v in values]
+    graph = proto.graph
+    if not any(orders) or len(orders) != len(graph.output):
+        return
+    for info, perm in zip(graph.output, orders):
+        if perm is None:
+            continue
+        logical = info.name
+        info.name = f"{logical}__memory_order"
+        graph.node.append(
+            onnx.helper.make_node(
+                "Transpose", [logical], [info.name], name=info.name, perm=list(perm)
+            )
+        )
+        if info.type.tensor_type.HasField("shape"):
+            dims = [onnx.TensorShapeProto.Dimension() for _ in perm]
+            for target, dim in zip(dims, perm):
+                target.CopyFrom(info.type.tensor_type.shape.dim[dim])
+            del info.type.tensor_type.shape.dim[:]
+            info.type.tensor_type.shape.dim.extend(dims)
+    entry = proto.metadata_props.add()
+    entry.key = _runtime.MEMORY_ORDER_KEY
+    entry.value = json.dumps(
+        {info.name: list(p) for info, p in zip(graph.output, orders) if p is not None}
+    )
+
+
 def export_partition(
     gm: torch.fx.GraphModule,
     *,
@@ -389,6 +429,9 @@ def export_partition(
                 f"re-tracing failed ({errors.describe(e)})"
             ) from (direct_error or e)
 
+    _outputs_in_memory_order(proto, gm)
+    if unfused is not None:
+        _outputs_in_memory_order(unfused, gm)
     start = time.perf_counter()
     for transform in transforms:
         try:

@@ -62,6 +62,12 @@ def write_test_case(
             f"the model has {len(graph.input)} inputs and {len(graph.output)} outputs; got "
             f"{len(inputs)} input and {len(outputs)} output values"
         )
+    from ortlab.backend import _runtime
+
+    # Outputs the model returns in memory order (channels_last...) are written as it
+    # returns them: the runner hands PyTorch a permuted view of them.
+    orders = _runtime.output_memory_orders(model)
+    outputs = [v if p is None else v.permute(p) for v, p in zip(outputs, orders)]
     data = os.path.join(os.fspath(directory), DATA_SET)
     os.makedirs(data, exist_ok=True)
     onnx.save_model(model, os.path.join(os.fspath(directory), MODEL_FILE))
