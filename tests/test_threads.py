@@ -66,15 +66,13 @@ def test_a_short_session_keeps_its_threads_when_one_thread_is_not_faster():
     assert choice.note.startswith("2 threads: 0.300 ms with 1 thread vs 0.300 ms with 2")
 
 
-def test_a_long_session_is_not_probed_and_pays_one_extra_run():
-    long_run = _threads.SKIP_AFTER_FIRST_RUN * _threads.PROBE_BELOW_SECONDS
-    kept, choice, made = _probe(several=long_run, single=1e-6)
+def test_a_long_session_is_not_probed_and_runs_once():
+    # The first run sizes the session, as for every A/B choice (_choose.faster).
+    kept, choice, made = _probe(several=5 * _threads.PROBE_BELOW_SECONDS, single=1e-6)
     assert made == [kept] and kept.runs == 1 and choice.threads == 2
     assert choice.note == "2 threads: a run takes 10.00 ms (one thread is tried under 2 ms)"
-    # Between the bound and the skip: timed, still not probed.
     kept, choice, made = _probe(several=_threads.PROBE_BELOW_SECONDS, single=1e-6)
-    assert made == [kept] and kept.runs == 1 + _threads.PROBE_RUNS
-    assert choice.threads == 2
+    assert made == [kept] and kept.runs == 1 and choice.threads == 2
 
 
 def test_a_twin_that_fails_leaves_the_session_as_it_was():

@@ -633,13 +633,9 @@ class OrtPartitionModule:
             made.append((make_runner(threads, data, unfused), data))
             return lambda: made[0][0].run(args)
 
-        try:
-            keep, note = _fusions.compare_speed(
-                lambda: runner.run(args), make_unfused, exported.fusions
-            )
-        except Exception as e:  # the fused model works and was checked: keep it
-            logger.debug("the unfused model failed", exc_info=True)
-            return f"fused (the unfused model to time it against failed: {errors.describe(e)})"
+        keep, note = _fusions.compare_speed(
+            lambda: runner.run(args), make_unfused, exported.fusions
+        )
         return note if keep else (made[0][0], made[0][1], note)
 
     def _check_fused(self, runner: _runtime.OrtRunner, args: Sequence[Any]) -> None:

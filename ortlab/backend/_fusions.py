@@ -44,14 +44,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _closeness, errors
-from ortlab.backend import records
+from ortlab.backend import _choose, records
 
 if TYPE_CHECKING:
     import onnx
@@ -69,7 +68,7 @@ or ten times the dtype's ``assert_close`` defaults, whichever is larger (float16
 corpus); a fusion applied where it does not belong (a mask, a scale, an epsilon) is off
 by far more."""
 
-COMPARE_RUNS = 5
+COMPARE_RUNS = _choose.RUNS
 """Timed runs of each model when the fused and unfused models are compared (after a
 first run of the unfused one, its allocations), alternating so that a change of load
 hits both alike."""
@@ -203,8 +202,9 @@ def compare_speed(
     *,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[bool, str]:
-    """Times a fused model against the unfused one on the same inputs; returns whether to
-    keep the fused one (ties keep it) and why, with the medians.
+    """Times a fused model against the unfused one on the same inputs, the way every A/B
+    choice is timed (``_choose.faster``); returns whether to keep the fused one (ties and
+    an unfused model that cannot be made or run keep it) and why, with the medians.
 
     Args:
         run_fused: Runs the fused model once (it has run before).
@@ -213,30 +213,21 @@ def compare_speed(
         fusions: The fusions applied, for the note.
         clock: Seconds (a fake one in tests).
     """
-    start = clock()
-    run_fused()
-    once = clock() - start
-    if once >= COMPARE_BELOW_SECONDS:
+
+    def make() -> tuple[None, Callable[[], object]]:
+        return None, make_unfused()
+
+    race = _choose.faster(run_fused, make, below=COMPARE_BELOW_SECONDS, clock=clock)
+    if race.error is not None:
+        return True, f"fused (the unfused model to time it against failed: {race.error})"
+    if not race.timed:
         return True, (
-            f"fused without timing the unfused model: a run takes {once * 1e3:.1f} ms "
-            f"(compared under {COMPARE_BELOW_SECONDS * 1e3:g} ms)"
+            f"fused without timing the unfused model: a run takes "
+            f"{race.first_seconds * 1e3:.1f} ms (compared under "
+            f"{COMPARE_BELOW_SECONDS * 1e3:g} ms)"
         )
-    run_unfused = make_unfused()
-    run_unfused()
-    fused_times, unfused_times = [], []
-    for _ in range(COMPARE_RUNS):
-        start = clock()
-        run_fused()
-        fused_times.append(clock() - start)
-        start = clock()
-        run_unfused()
-        unfused_times.append(clock() - start)
-    fused, unfused = statistics.median(fused_times), statistics.median(unfused_times)
-    medians = (
-        f"{fused * 1e3:.3f} ms fused vs {unfused * 1e3:.3f} ms unfused (median of "
-        f"{COMPARE_RUNS} runs each)"
-    )
-    if unfused < fused:
+    medians = race.medians("fused", "unfused")
+    if race.kept == "b":
         tried = records.fusions_text(fusions)
         what = f"slower fused ({tried})" if tried else "slower rewritten"
         return False, f"{what}: {medians}; the unfused model runs"

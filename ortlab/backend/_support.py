@@ -373,12 +373,25 @@ def _conformance_finding(node: torch.fx.Node, facts: Facts) -> _conformance.Find
     return _conformance.lookup_node(node, target_text(node.target), facts.conformance)
 
 
+_MISSING_KERNEL = ("Could not find an implementation", "NOT_IMPLEMENTED")
+"""How ONNX Runtime says it has no kernel for an op and type (true of every input)."""
+
+
+def _loud_only(finding: _conformance.Finding) -> bool:
+    """Whether a failing finding saw only errors that depend on the sample (a session
+    refused for one shape, a run error): where one happens, the partition is split
+    around the node; it never returns a wrong number. A missing kernel is not one."""
+    return finding.errors_only and not any(m in finding.reason for m in _MISSING_KERNEL)
+
+
 def _disagrees_with_pytorch(node: torch.fx.Node, facts: Facts) -> Decision | None:
     """The conformance table found that the op's translation disagrees with PyTorch, for
     this dtype and form, on an output the graph reads (an unused auxiliary output that is
-    wrong does not matter)."""
+    wrong does not matter), or that ONNX Runtime has no kernel for it. Failures that were
+    only errors on some samples (a shape ONNX Runtime refuses) do not reject the node: if
+    one happens, the partition is split around it (rule ``refused-by-onnxruntime``)."""
     finding = _conformance_finding(node, facts)
-    if not finding.fails_for(used_outputs(node)):
+    if not finding.fails_for(used_outputs(node)) or _loud_only(finding):
         return None
     key = _conformance.node_key(node)
     where = f" for {key[0]}, {key[1]} inputs" if key else ""
@@ -408,6 +421,15 @@ def _translated(node: torch.fx.Node, facts: Facts) -> Decision | None:
     it runs in ONNX Runtime, and the verdict says it is not verified."""
     key = _conformance.node_key(node)
     what = f"{key[0]}, {key[1]} inputs" if key else "this dtype"
+    finding = _conformance_finding(node, facts)
+    if finding.status == "fails":  # errors only, on some samples (see _loud_only)
+        return Decision(
+            True,
+            f"translated by the exporter's registry (torchlib); for {what} the "
+            f"conformance suite saw it fail on {finding.failures} of {finding.samples} "
+            f"sample(s) ({finding.reason}), never with a wrong value: where it fails, its "
+            "partition is split around it",
+        )
     return Decision(
         True,
         f"translated by the exporter's registry (torchlib); not verified against PyTorch "

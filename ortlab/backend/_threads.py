@@ -8,10 +8,11 @@
 # FLOP count, tells them apart (a depthwise-convolution CNN of 8 MFLOP wants two
 # threads, a 5 MFLOP audio encoder one), so "auto" measures:
 #
-#   session with torch.get_num_threads() threads -> median of PROBE_RUNS runs
+#   session with torch.get_num_threads() threads -> its first run
 #     >= PROBE_BELOW_SECONDS: keep it (not probed)
-#     <  PROBE_BELOW_SECONDS: make a one-thread twin, time it the same way on the same
-#                              inputs, keep the faster (ties keep the first)
+#     <  PROBE_BELOW_SECONDS: make a one-thread twin, time both alternately on the same
+#                              inputs (``_choose.faster``), keep the faster (ties keep the
+#                              first)
 #
 # ORT runs do not change their inputs, so the probe runs are side-effect free; they are
 # paid once per session, in the first call (``SessionRecord.timings["threads"]``). The
@@ -23,26 +24,21 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
 
-from ortlab import errors
-from ortlab.backend import _options, _session
+from ortlab.backend import _choose, _options, _session
 
 PROBE_BELOW_SECONDS = 2e-3
 """Sessions whose run takes less than this with several threads try one thread."""
-PROBE_RUNS = 5
+PROBE_RUNS = _choose.RUNS
 """Timed runs per candidate (after a first run)."""
 REGROW_AFTER_SECONDS = 10e-3
 """A session given one thread whose run later takes this long (its inputs grew: one
 session serves every batch size) is made again with ``torch.get_num_threads()``."""
-SKIP_AFTER_FIRST_RUN = 5
-"""A first run this many times ``PROBE_BELOW_SECONDS`` or longer ends the probe (a large
-model pays one extra run, not six)."""
 
 R = TypeVar("R")
 
@@ -82,22 +78,6 @@ def initial(
     return ThreadChoice(threads, ""), True
 
 
-def _median_run(run: Callable[[R], object], runner: R, clock: Callable[[], float]) -> float:
-    """The median of PROBE_RUNS timed runs after a first one (its allocations); a first run
-    of SKIP_AFTER_FIRST_RUN times the bound or more is returned as it is."""
-    start = clock()
-    run(runner)
-    first = clock() - start
-    if first >= SKIP_AFTER_FIRST_RUN * PROBE_BELOW_SECONDS:
-        return first
-    times = []
-    for _ in range(PROBE_RUNS):
-        start = clock()
-        run(runner)
-        times.append(clock() - start)
-    return statistics.median(times)
-
-
 def choose(
     options: _options.OrtBackendOptions,
     first_provider: str,
@@ -126,7 +106,8 @@ def probe(
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[R, ThreadChoice]:
     """Times ``runner`` (``threads`` threads) and, when its run is short, a one-thread
-    ``twin()``; returns the faster and the choice.
+    ``twin()``, the way every A/B choice is timed (``_choose.faster``); returns the faster
+    and the choice.
 
     Args:
         runner: The session's runner, made with ``threads`` intra-op threads.
@@ -134,26 +115,30 @@ def probe(
         run: Runs a runner once on the session's first inputs.
         clock: Seconds (a fake one in tests).
     """
-    start = clock()
-    several = _median_run(run, runner, clock)
-    if several >= PROBE_BELOW_SECONDS:
-        note = (
-            f"{threads} threads: a run takes {several * 1e3:.2f} ms (one thread is tried "
-            f"under {PROBE_BELOW_SECONDS * 1e3:g} ms)"
-        )
-        return runner, ThreadChoice(threads, note, clock() - start, threads)
-    try:
-        single_runner = twin()
-        single = _median_run(run, single_runner, clock)
-    except Exception as e:  # the session itself works: keep it
-        note = f"{threads} threads: the one-thread twin failed ({errors.describe(e)})"
-        return runner, ThreadChoice(threads, note, clock() - start, threads)
-    medians = (
-        f"{single * 1e3:.3f} ms with 1 thread vs {several * 1e3:.3f} ms with {threads} "
-        f"(median of {PROBE_RUNS} runs each)"
+
+    def make_twin() -> tuple[R, Callable[[], object]]:
+        single = twin()
+        return single, lambda: run(single)
+
+    race = _choose.faster(
+        lambda: run(runner), make_twin, below=PROBE_BELOW_SECONDS, clock=clock
     )
-    if single < several:
-        return single_runner, ThreadChoice(1, f"1 thread: {medians}", clock() - start, threads)
+    if race.error is not None:
+        note = f"{threads} threads: the one-thread twin failed ({race.error})"
+        return runner, ThreadChoice(threads, note, race.seconds, threads)
+    if not race.timed:
+        note = (
+            f"{threads} threads: a run takes {race.first_seconds * 1e3:.2f} ms (one thread "
+            f"is tried under {PROBE_BELOW_SECONDS * 1e3:g} ms)"
+        )
+        return runner, ThreadChoice(threads, note, race.seconds, threads)
+    assert race.a_seconds is not None and race.b_seconds is not None
+    medians = (
+        f"{race.b_seconds * 1e3:.3f} ms with 1 thread vs {race.a_seconds * 1e3:.3f} ms "
+        f"with {threads} (median of {_choose.RUNS} runs each)"
+    )
+    if race.kept == "b" and race.b is not None:
+        return race.b, ThreadChoice(1, f"1 thread: {medians}", race.seconds, threads)
     return runner, ThreadChoice(
-        threads, f"{threads} threads: {medians}", clock() - start, threads
+        threads, f"{threads} threads: {medians}", race.seconds, threads
     )
