@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ortlab.backend import _choose
 
 
@@ -37,9 +39,9 @@ def test_a_short_first_run_is_timed_against_b_alternately_and_the_faster_kept():
     race, order = _race(0.4, 0.25)
     assert order == ["a", "b"] + ["a", "b"] * _choose.RUNS
     assert race.kept == "b" and race.b == "B"
-    assert (race.a_seconds, race.b_seconds) == (0.4e-3, 0.25e-3)
+    assert (race.a_seconds, race.b_seconds) == pytest.approx((0.4e-3, 0.25e-3))
     assert race.medians("A", "B") == "0.400 ms A vs 0.250 ms B (median of 5 runs each)"
-    assert race.seconds == (1 + _choose.RUNS) * (0.4e-3 + 0.25e-3) + 1e-3
+    assert race.seconds == pytest.approx((1 + _choose.RUNS) * (0.4e-3 + 0.25e-3) + 1e-3)
 
 
 def test_ties_keep_a():
@@ -50,7 +52,7 @@ def test_ties_keep_a():
 def test_a_long_first_run_keeps_a_untimed_without_making_b():
     race, order = _race(5.0, 0.1)
     assert order == ["a"] and race.kept == "a" and race.b is None and not race.timed
-    assert race.first_seconds == 5e-3
+    assert race.first_seconds == pytest.approx(5e-3)
 
 
 def test_b_that_cannot_be_made_keeps_a_and_says_why():
