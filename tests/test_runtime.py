@@ -471,3 +471,92 @@ def test_a_saved_session_of_a_channels_last_model_reruns_as_saved(tmp_path):
     for got, want in zip(ort_session.run(None, dict(zip(names, inputs))), expected):
         assert got.shape == want.shape
         torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want))
+
+
+# -- bfloat16: carried through DLPack (numpy has no bfloat16) -----------------------------
+
+
+def test_bfloat16_crosses_both_ways_and_moves_exactly_in_onnx_runtime():
+    def f(x, y, empty):
+        return torch.cat([x.t(), y.t(), empty]).flatten()
+
+    compiled, backend = _compile(f, dynamic=False)
+    x, y = torch.randn(3, 4, dtype=torch.bfloat16), torch.randn(3, 4, dtype=torch.bfloat16)
+    empty = torch.empty(0, 3, dtype=torch.bfloat16)  # no memory: ONNX Runtime allocates it
+    got = compiled(x, y, empty)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, f(x, y, empty))
+    _ran_in_ort(backend)
+    (graph,) = backend.graphs
+    assert not graph.eager_node_names
+
+
+def test_bfloat16_casts_around_float32_arithmetic_run_in_onnx_runtime():
+    def f(x):
+        return (x.float() * 2 + 1).to(torch.bfloat16)
+
+    compiled, backend = _compile(f, dynamic=False)
+    x = torch.randn(4, 5, dtype=torch.bfloat16)
+    got = compiled(x)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, f(x))
+    _ran_in_ort(backend)
+    assert not backend.graphs[0].eager_node_names
+
+
+@pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")
+def test_a_bfloat16_mlp_is_right_with_its_arithmetic_in_pytorch():
+    # ONNX Runtime's CPU provider has no bfloat16 Gemm or Gelu: the session refuses them
+    # and they run in PyTorch; the transposes of the weights run in ONNX Runtime.
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    ).to(torch.bfloat16)
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    backend = OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(mlp.eval(), backend=backend)(x)
+        assert torch.equal(got, mlp(x))
+    (graph,) = backend.graphs
+    in_ort = {graph.verdict(n).target for n in graph.ort_node_names}
+    assert in_ort == {"aten.t.default"}
+    assert {graph.verdict(n).target for n in graph.eager_node_names} == {
+        "aten.addmm.default",
+        "aten.gelu.default",
+    }
+    assert backend.execution_count >= 1
+
+
+def test_bfloat16_buffers_bind_to_an_io_binding():
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from ortlab.backend import _runtime
+
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3, 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    x = torch.randn(2, 3, dtype=torch.bfloat16)
+    y = torch.empty(3, 2, dtype=torch.bfloat16)
+    binding = session.io_binding()
+    _runtime._bind(binding, "x", x, output=False)
+    _runtime._bind(binding, "y", y, output=True)
+    session.run_with_iobinding(binding)
+    assert torch.equal(y, x.t())  # ORT wrote into torch's memory
+
+
+def test_a_dlpack_ortvalue_reads_torch_memory():
+    from onnx import TensorProto
+
+    from ortlab.backend import _ort_private
+
+    x = torch.randn(2, 3, dtype=torch.bfloat16)
+    value = _ort_private.ortvalue_from_dlpack(x)
+    assert value.data_ptr() == x.data_ptr()  # no copy
+    assert value.element_type() == TensorProto.BFLOAT16 and value.shape() == [2, 3]
+    empty = _ort_private.empty_ortvalue((0, 3), TensorProto.BFLOAT16, x.device)
+    assert empty.shape() == [0, 3] and empty.element_type() == TensorProto.BFLOAT16

@@ -3,6 +3,15 @@
 # NOTE: the support rules (a node whose values have another dtype stays in PyTorch) and
 # the runtime (how a tensor of each dtype is handed to ONNX Runtime and read back) both
 # read :data:`DTYPES`; a dtype added here is supported by both at once.
+#
+# ONNX Runtime's fast OrtValue APIs name a dtype by its numpy type, and numpy has no
+# bfloat16 (ml_dtypes' is not one ONNX Runtime 1.31 accepts: "Numpy_type 256 can't be
+# converted to MLDataType"). bfloat16 tensors cross through DLPack instead, both ways
+# zero-copy: ``OrtValue.from_dlpack`` in (~7 us a tensor, like ``push_back_batch``), and
+# ``to_dlpacks`` out, which returns them as torch.bfloat16. Carrying a dtype is not
+# computing in it: ONNX Runtime's CPU provider has bfloat16 kernels for data movement
+# (Cast, Transpose, Concat, Squeeze, Flatten, Identity...) but none for arithmetic (Add,
+# Mul, MatMul, Softmax, Relu...): a model with those is refused when its session is made.
 """
 
 from __future__ import annotations
@@ -20,12 +29,14 @@ class DtypeInfo:
 
     onnx: int
     """The ONNX element type (``onnx.TensorProto.FLOAT``...)."""
-    numpy: type
-    """The numpy scalar type ONNX Runtime's ``OrtValue`` APIs name it by."""
+    numpy: type | None
+    """The numpy scalar type ONNX Runtime's ``OrtValue`` APIs name it by; ``None`` where
+    numpy has none (bfloat16: handed over through DLPack)."""
 
 
 DTYPES: dict[torch.dtype, DtypeInfo] = {
     torch.float16: DtypeInfo(onnx.TensorProto.FLOAT16, np.float16),
+    torch.bfloat16: DtypeInfo(onnx.TensorProto.BFLOAT16, None),
     torch.float32: DtypeInfo(onnx.TensorProto.FLOAT, np.float32),
     torch.float64: DtypeInfo(onnx.TensorProto.DOUBLE, np.float64),
     torch.int8: DtypeInfo(onnx.TensorProto.INT8, np.int8),
@@ -45,9 +56,15 @@ def supported(dtype: torch.dtype) -> bool:
     return dtype in DTYPES
 
 
-def numpy_type(dtype: torch.dtype) -> type:
-    """The numpy scalar type ONNX Runtime names ``dtype`` by."""
+def numpy_type(dtype: torch.dtype) -> type | None:
+    """The numpy scalar type ONNX Runtime names ``dtype`` by; ``None`` for a dtype numpy
+    lacks (it crosses through DLPack)."""
     return DTYPES[dtype].numpy
+
+
+def onnx_type(dtype: torch.dtype) -> int:
+    """The ONNX element type of ``dtype``."""
+    return DTYPES[dtype].onnx
 
 
 def from_onnx(elem_type: int) -> torch.dtype:

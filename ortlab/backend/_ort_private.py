@@ -9,14 +9,19 @@
 #   onnxruntime.capi._pybind_state.OrtDevice        device descriptors for OrtValues
 #   onnxruntime.capi._pybind_state.OrtValueVector   push_back_batch (torch data pointers,
 #                                                   no copy), push_back, to_dlpacks
+#   onnxruntime.capi._pybind_state.OrtValue         from_dlpack (dtypes numpy lacks:
+#                                                   bfloat16), ortvalue_from_shape_and_
+#                                                   onnx_type (empty tensors of those)
 #   onnxruntime.capi._pybind_state.RunOptions
 #   InferenceSession._sess                          run_with_ortvaluevector,
 #                                                   run_with_iobinding
 #   OrtValue._ortvalue, IOBinding._iobinding        the pybind objects behind the wrappers
+#                                                   (bind_ortvalue_input/_output)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,6 +50,22 @@ def ort_device(device: torch.device) -> Any:
 def value_vector() -> Any:
     """An empty ``OrtValueVector`` (inputs by data pointer; outputs as DLPack)."""
     return _pybind().OrtValueVector()
+
+
+def ortvalue_from_dlpack(tensor: torch.Tensor) -> Any:
+    """A pybind OrtValue over ``tensor``'s memory (no copy), for dtypes ONNX Runtime's
+    numpy-typed APIs cannot name (bfloat16). ``tensor`` must outlive the value."""
+    import torch.utils.dlpack
+
+    return _pybind().OrtValue.from_dlpack(torch.utils.dlpack.to_dlpack(tensor), False)
+
+
+def empty_ortvalue(shape: Sequence[int], onnx_type: int, device: torch.device) -> Any:
+    """A pybind OrtValue of ``shape`` and ONNX element type ``onnx_type`` allocated by
+    ONNX Runtime on ``device`` (empty tensors, which have no torch memory to wrap)."""
+    return _pybind().OrtValue.ortvalue_from_shape_and_onnx_type(
+        list(shape), onnx_type, ort_device(device)
+    )
 
 
 def run_options() -> Any:

@@ -365,38 +365,26 @@ class OrtRunner:
     ) -> Any:
         vec = _ort_private.value_vector()
         vec.reserve(len(tensors))
-        pointers = [t.data_ptr() for t in tensors]
-        if 0 in pointers and any(t.numel() == 0 for t in tensors):
-            import onnxruntime
-
-            for t in tensors:
-                if t.numel() == 0:
-                    ov = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
-                        list(t.shape),
-                        _dtypes.numpy_type(t.dtype),
-                        t.device.type,
-                        t.device.index or 0,
-                    )
-                    vec.push_back(_ort_private.ortvalue_core(ov))
-                else:
-                    vec.push_back_batch(
-                        [t],
-                        [t.data_ptr()],
-                        [_dtypes.numpy_type(t.dtype)],
-                        [t.shape],
-                        [self._device(t.device)],
-                    )
-            return vec
         if dtypes is None:
             dtypes = [_dtypes.numpy_type(t.dtype) for t in tensors]
             devices = [self._device(t.device) for t in tensors]
-        vec.push_back_batch(
-            tensors,
-            pointers,
-            dtypes,
-            [t.shape for t in tensors],
-            devices,
-        )
+        pointers = [t.data_ptr() for t in tensors]
+        if None in dtypes or (0 in pointers and any(t.numel() == 0 for t in tensors)):
+            # One by one: an empty tensor (no memory to point at; push_back_batch refuses
+            # data pointer 0) is allocated by ONNX Runtime, a dtype numpy lacks
+            # (bfloat16) crosses through DLPack.
+            for t, dtype, device in zip(tensors, dtypes, devices):
+                if t.numel() == 0:
+                    empty = _ort_private.empty_ortvalue(
+                        t.shape, _dtypes.onnx_type(t.dtype), t.device
+                    )
+                    vec.push_back(empty)
+                elif dtype is None:
+                    vec.push_back(_ort_private.ortvalue_from_dlpack(t))
+                else:
+                    vec.push_back_batch([t], [t.data_ptr()], [dtype], [t.shape], [device])
+            return vec
+        vec.push_back_batch(tensors, pointers, dtypes, [t.shape for t in tensors], devices)
         return vec
 
     def _output_shapes(self, args: Sequence[Any]) -> list[tuple[int, ...]] | None:
@@ -588,9 +576,9 @@ class StaticBindingRunner(OrtRunner):
         ]
         binding = session.io_binding()
         for name, buffer in zip(self.input_names, self._in_buffers):
-            _bind(binding.bind_input, name, buffer)
+            _bind(binding, name, buffer, output=False)
         for name, buffer in zip(self.output_names, self._out_buffers):
-            _bind(binding.bind_output, name, buffer)
+            _bind(binding, name, buffer, output=True)
         self._binding = _ort_private.iobinding_core(binding)
 
     def matches(self, args: Sequence[Any]) -> bool:
@@ -613,12 +601,23 @@ class StaticBindingRunner(OrtRunner):
         return results
 
 
-def _bind(bind: Any, name: str, tensor: torch.Tensor) -> None:
+def _bind(
+    binding: onnxruntime.IOBinding, name: str, tensor: torch.Tensor, *, output: bool
+) -> None:
+    """Binds ``tensor``'s memory to an input or output of ``binding`` (a dtype numpy
+    lacks, bfloat16, as an OrtValue over that memory)."""
+    element_type = _dtypes.numpy_type(tensor.dtype)
+    if element_type is None:
+        core = _ort_private.iobinding_core(binding)
+        bind_value = core.bind_ortvalue_output if output else core.bind_ortvalue_input
+        bind_value(name, _ort_private.ortvalue_from_dlpack(tensor))
+        return
+    bind = binding.bind_output if output else binding.bind_input
     bind(
         name,
         tensor.device.type,
         tensor.device.index or 0,
-        _dtypes.numpy_type(tensor.dtype),
+        element_type,
         tuple(tensor.shape),
         tensor.data_ptr(),
     )
