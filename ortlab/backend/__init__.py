@@ -14,6 +14,7 @@ from ortlab.backend._backend import (
     torch_compile_backend,
     warm_up,
 )
+from ortlab.backend._build import ModelSession, build_model_session
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._standalone import StandaloneSession, create_session
@@ -41,6 +42,8 @@ __all__ = [
     # Sessions outside a compiled graph (the numerics' debug models, the bench's ORT floor)
     "create_session",
     "StandaloneSession",
+    "build_model_session",
+    "ModelSession",
     "available_providers",
     "default_session_options",
     # Support

@@ -5,12 +5,14 @@ parameters, and the fall back to PyTorch.
 # :class:`OrtPartitionModule`, which keeps the original submodule as its eager fallback:
 #
 #   x -> fused_0 (ORT) -> custom_op -> fused_1 (ORT) -> out
-#          |  first call per input schema: export -> transform -> session (a runner)
-#          |  every call: the last runner whose schema matches, else find/create one
-#          |  on failure: the eager fused_0 submodule, error on the PartitionRecord
+#          |  first call per input schema: a session built by ``_build``'s steps
+#          |  every call: the last runner whose schema matches, else find/build one
+#          |  ONNX Runtime refuses it, or cannot run inputs PyTorch runs: split around
+#          |    the refused nodes (``_split``), else the eager fused_0, error on the
+#          |    PartitionRecord; inputs PyTorch refuses too: PyTorch's error, raised
 #
 # What a partition needs from its backend is a :class:`PartitionContext` (options,
-# observers, the dumper, provider warnings), never the backend itself.
+# observers, the dumper, what was warned about), never the backend itself.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx
@@ -31,6 +33,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ortlab import errors
 from ortlab.backend import (
+    _build,
     _dump,
     _export,
     _fusions,
@@ -43,9 +46,6 @@ from ortlab.backend import (
     _torch_private,
     records,
 )
-
-if TYPE_CHECKING:
-    import onnx
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +112,6 @@ def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
     return tuple(
         a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
     ), single
-
-
-class _FusedModelFailed(Exception):
-    """A fused model's session could not be made or run (its cause is chained); carries
-    the seconds the attempt took (export, fusions, session, runs)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__("the fused model failed")
-        self.seconds = seconds
 
 
 class OrtPartitionModule:
@@ -416,185 +407,44 @@ class OrtPartitionModule:
             stacklevel=4,
         )
 
-    def _create(self, args: Sequence[Any]) -> _runtime.OrtRunner:
-        """A runner for these arguments' schema: the model exported (and fused, for an
-        inference graph, as ``ort_fusions`` says), its session, its first runs. A fused
-        model ONNX Runtime refuses, cannot run, or whose outputs on these arguments differ
-        from the partition's in PyTorch, is replaced by the unfused one."""
-        fuse = self._context.options.ort_fusions if self._allow_freeze else False
-        try:
-            return self._create_with(args, fuse=fuse)
-        except _FusedModelFailed as failed:
-            runner = self._create_with(args, fuse=False, earlier={"fuse": failed.seconds})
-            assert failed.__cause__ is not None
-            runner.record.fusion_note = _fusions.fallback_note(failed.__cause__)
-            return runner
-
-    def _create_with(
-        self,
-        args: Sequence[Any],
-        *,
-        fuse: bool | None,
-        earlier: dict[str, float] | None = None,
-    ) -> _runtime.OrtRunner:
-        """:meth:`_create` with fusions as ``fuse`` says; ``earlier``: seconds per step
-        spent before (a fused attempt that failed, counted as ``fuse``).
+    def _create(self, args: Sequence[Any], *, fuse: bool | None = None) -> _runtime.OrtRunner:
+        """A runner for these arguments' schema, complete when built (``_build``): the
+        model exported (and fused, for an inference graph, as ``ort_fusions`` says, unless
+        ``fuse=False``), its session, its first runs; the record is kept.
 
         Raises:
-            _FusedModelFailed: the model is fused and its session or first runs failed.
+            Exception: the export failed, or ONNX Runtime refused or could not run the
+                model (the caller splits the partition).
         """
-        context = self._context
-        options = context.options
-        record = self.record
+        options = self._context.options
+        if fuse is None:
+            fuse = options.ort_fusions if self._allow_freeze else False
         frozen = self._frozen(args)
         if frozen:
             _say_which_writes_frozen_weights_see()
-        static = options.dynamic_shapes is False
-        exported = _export.export_partition(
-            self.eager,
-            name=f"{record.graph_kind}_{record.graph_index}_{record.name}",
-            args=args,
-            static=static,
-            frozen=frozen,
-            transforms=options.pre_ort_model_transforms or (),
-            opset_version=options.opset_version,
-            registry=context.registry,
-            custom_translations=tuple(options.custom_translations or ()),
-            fuse=fuse,
-        )
-        if earlier:
-            _export.add_timings(exported.timings, earlier)
-        proto = exported.proto
-        start = time.perf_counter()
-        model_bytes = proto.SerializeToString()
-        exported.timings["serialize"] = exported.timings.get("serialize", 0.0) + (
-            time.perf_counter() - start
-        )
-        dump_files, dump_note = self._dump(model_bytes)
-        providers = self._providers(args)
-        runner_kwargs: dict[str, Any] = dict(
-            input_fx_values=self._input_fx_values,
-            output_fx_values=self._output_fx_values,
-            args=args,
-            frozen=frozen,
-            preallocate_output=options.preallocate_output,
-            # Exported from the partition's own metadata: Dynamo's guards keep the
-            # arguments to that schema (a static export fixes concrete sizes instead).
-            guaranteed=not static,
-        )
-
-        def make_runner(
-            threads: int | None, data: bytes = model_bytes, model: onnx.ModelProto = proto
-        ) -> _runtime.OrtRunner:
-            made = _session.create_session(
-                data, providers, options.ort_session_options, threads
+        built = _build.build_partition_session(
+            _build.Request(
+                eager=self.eager,
+                record=self.record,
+                options=options,
+                registry=self._context.registry,
+                dumper=self._context.dumper,
+                warned=self._context.warned,
+                args=args,
+                frozen=frozen,
+                input_fx_values=self._input_fx_values,
+                output_fx_values=self._output_fx_values,
+                single=self._single,
+                providers=self._providers(args),
+                fuse=fuse,
+                keep_last_run=self._allow_freeze and options.keep_last_run,
             )
-            return _runtime.OrtRunner(made, model, **runner_kwargs)
-
-        start = time.perf_counter()
-        try:
-            graphed, graph_note = None, ""
-            if options.cuda_graphs:
-                graphed, graph_note = self._create_cuda_graph_runner(
-                    proto, model_bytes, providers, runner_kwargs
-                )
-            if graphed is not None:
-                runner, choice = graphed, _threads.initial(options, providers[0][0])[0]
-            else:
-                runner, choice = _threads.choose(
-                    options, providers[0][0], make_runner, run=lambda r: r.run(args)
-                )
-            checked = 0.0
-            # pre_ort_model_transforms change the model on purpose: nothing to check.
-            if exported.fused and not options.pre_ort_model_transforms:
-                check_start = time.perf_counter()
-                self._check_fused(runner, args)
-                checked = time.perf_counter() - check_start
-        except Exception as e:
-            if not exported.fused:
-                raise
-            spent = sum(exported.timings.values()) + time.perf_counter() - start
-            raise _FusedModelFailed(spent) from e
-        fused, fusions, fusion_note = (
-            exported.fused,
-            dict(exported.fusions),
-            exported.fusion_note,
         )
-        if exported.unfused is not None and graphed is None:
-            compare_start = time.perf_counter()
-            unfused = self._faster_unfused(runner, exported, choice.threads, make_runner, args)
-            checked += time.perf_counter() - compare_start
-            if isinstance(unfused, str):
-                fusion_note = _fusions.join_notes(fusion_note, unfused)
-            else:
-                runner, model_bytes, compared = unfused
-                fusion_note = _fusions.join_notes(fusion_note, compared)
-                proto = exported.unfused
-                fused, fusions = False, {}
-                more_files, more_note = self._dump(model_bytes)
-                dump_files, dump_note = dump_files + more_files, dump_note or more_note
-        session_seconds = time.perf_counter() - start - choice.seconds - checked
-        timings = dict(exported.timings)
-        if checked:
-            timings["fuse"] = timings.get("fuse", 0.0) + checked
-        timings["session"] = session_seconds
-        if choice.probed_from is not None:
-            timings["threads"] = choice.seconds
-            if choice.threads == 1:
-                several, data, model = choice.probed_from, model_bytes, proto
-                runner.regrow = lambda: make_runner(several, data, model)
-        session = runner.session
-        placeholders = record.input_names
-        session_record = records.SessionRecord(
-            partition_name=record.name,
-            index=len(record.sessions) + record.dropped_sessions,
-            model=proto,
-            input_names=tuple(i.name for i in proto.graph.input),
-            output_names=tuple(o.name for o in proto.graph.output),
-            input_value_infos=tuple(proto.graph.input),
-            output_value_infos=tuple(proto.graph.output),
-            providers=tuple(session.get_providers()),
-            export_method=exported.method,
-            export_seconds=sum(timings.get(k, 0.0) for k in records.EXPORT_STEPS),
-            session_seconds=session_seconds,
-            model_bytes=len(model_bytes),
-            timings=timings,
-            dump_files=dump_files,
-            frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
-            cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
-            cuda_graph_note=graph_note or None,
-            threads=choice.threads,
-            threads_note=choice.note or None,
-            fusions=fusions,
-            fusion_note=fusion_note or None,
-            onnx_passes=dict(exported.passes),
-            dump_note=dump_note,
-        )
-        # Inference partitions keep their last run's tensors for SessionRecord.save when
-        # asked (keep_last_run); a training graph's would keep saved activations alive.
-        runner.keep_last_inputs = self._allow_freeze and options.keep_last_run
-        runner.fused = fused
-        record.sessions.append(session_record)
+        record = self.record
+        record.sessions.append(built.record)
         _bound_records(record)
-        context.history(record, session_record, ", ".join(session_record.input_schema))
-        runner.record = session_record
-        logger.debug("created %r", session_record)
-        return runner
-
-    def _dump(self, model_bytes: bytes) -> tuple[tuple[str, ...], str | None]:
-        """Writes the model where the dump path says: the files, and why none were
-        written when that failed (a note on the record and one warning per backend; the
-        partition runs all the same)."""
-        context = self._context
-        try:
-            files = context.dumper.dump(model_bytes, self.eager, context.options.dump_path)
-        except _dump.DumpFailed as e:
-            note = str(e)
-            if "dump_path" not in context.warned:
-                context.warned.add("dump_path")
-                warnings.warn(f"ortlab: {note}", RuntimeWarning, stacklevel=5)
-            return (), note
-        return files, None
+        self._context.history(record, built.record, ", ".join(built.record.input_schema))
+        return built.runner
 
     def _unfused_instead(
         self, runner: _runtime.OrtRunner, args: Sequence[Any], error: Exception
@@ -604,7 +454,7 @@ class OrtPartitionModule:
         runs = runner.record.run_count
         runner.record.active = False
         self._runners = [r for r in self._runners if r is not runner]
-        replacement = self._create_with(args, fuse=False)
+        replacement = self._create(args, fuse=False)
         replacement.record.fusion_note = (
             f"{_fusions.fallback_note(error)} (from run {runs + 1} on, in place of "
             f"session {runner.record.index})"
@@ -612,49 +462,6 @@ class OrtPartitionModule:
         self._runners.append(replacement)
         self._last = replacement
         return replacement
-
-    @staticmethod
-    def _faster_unfused(
-        runner: _runtime.OrtRunner,
-        exported: _export.ExportedModel,
-        threads: int | None,
-        make_runner: Callable[[int | None, bytes, onnx.ModelProto], _runtime.OrtRunner],
-        args: Sequence[Any],
-    ) -> tuple[_runtime.OrtRunner, bytes, str] | str:
-        """Times the fused ``runner`` against the model before its rewrite (same
-        threads) on the first arguments: the unfused runner, its model's bytes and why,
-        when it is faster; else the fused one's note (``_fusions.compare_speed``)."""
-        unfused = exported.unfused
-        assert unfused is not None
-        made: list[tuple[_runtime.OrtRunner, bytes]] = []
-
-        def make_unfused() -> Callable[[], object]:
-            data = unfused.SerializeToString()
-            made.append((make_runner(threads, data, unfused), data))
-            return lambda: made[0][0].run(args)
-
-        keep, note = _fusions.compare_speed(
-            lambda: runner.run(args), make_unfused, exported.fusions
-        )
-        return note if keep else (made[0][0], made[0][1], note)
-
-    def _check_fused(self, runner: _runtime.OrtRunner, args: Sequence[Any]) -> None:
-        """Runs a model rewritten with fused operators on its first inputs and the
-        partition in PyTorch on the same ones.
-
-        Raises:
-            FusedOutputsDiffer: the outputs disagree (see ``_fusions.disagreement``).
-        """
-        fused = runner.run(args)
-        try:
-            with torch.no_grad():
-                eager = self.eager(*args)
-        except Exception:  # nothing to check against: not the fused model's fault
-            logger.debug("no eager run to check %s against", self.record.name, exc_info=True)
-            return
-        why = _fusions.disagreement(fused, [eager] if self._single else list(eager))
-        if why:
-            raise _fusions.FusedOutputsDiffer(why)
 
     def _regrow(self, runner: _runtime.OrtRunner, took: float) -> None:
         """Replaces a one-thread session whose run grew long by the same session with
@@ -676,33 +483,6 @@ class OrtPartitionModule:
             f"; {record.threads} threads from run {record.run_count + 1} on: a run took "
             f"{took * 1e3:.1f} ms"
         )
-
-    def _create_cuda_graph_runner(
-        self,
-        proto: onnx.ModelProto,
-        model_bytes: bytes,
-        providers: Sequence[_session.Provider],
-        runner_kwargs: dict[str, Any],
-    ) -> tuple[_runtime.OrtRunner | None, str]:
-        """A runner replaying a CUDA graph, or ``(None, why not)``."""
-        args, frozen = runner_kwargs["args"], runner_kwargs["frozen"]
-        slots = _runtime.input_slots(len(args), frozen)
-        why = _runtime.static_binding_blocker(
-            proto, self._output_fx_values, args, slots, first_provider=providers[0][0]
-        )
-        if why:
-            return None, why
-        with_graph = [
-            (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
-            for name, opts in providers
-        ]
-        try:
-            session = _session.create_session(
-                model_bytes, with_graph, self._context.options.ort_session_options
-            )
-            return _runtime.StaticBindingRunner(session, proto, **runner_kwargs), ""
-        except Exception as e:  # e.g. a node ORT placed on the CPU provider
-            return None, errors.describe(e)
 
     def _fail(self, message: str, error: Exception) -> None:
         where = (

@@ -1,9 +1,10 @@
 """The ONNX Runtime floor: the whole model exported once and run by one bare session.
 
-``torch.onnx.export(..., dynamo=True)`` exports the model, which is rewritten with ONNX
-Runtime's fused operators as ortlab's inference partitions are (option ``ort_fusions``);
-the session is made and run the way the backend makes and runs a partition's
-(:func:`ortlab.backend.create_session`): providers from the devices of the inputs (so CUDA
+``torch.onnx.export(..., dynamo=True)`` exports the model, and its session is built by
+the steps that build an inference partition's (:func:`ortlab.backend.build_model_session`:
+ONNX Runtime's fused operators as option ``ort_fusions`` says, checked against PyTorch
+and timed against the unfused model, threads chosen), made and run the way the backend
+makes and runs a partition's (:func:`ortlab.backend.create_session`): providers from the devices of the inputs (so CUDA
 inputs run on the CUDA provider, on their device), ortlab's session options, and the
 zero-copy torch <-> OrtValue hand-off. What ortlab adds on top of ONNX Runtime is then the
 ratio of the two rows: Dynamo, the partitions' glue, eager ops — not a difference of
@@ -31,10 +32,10 @@ import torch.fx
 
 import ortlab.backend
 from ortlab import _harness, errors
-from ortlab.backend import _fusions, _torch_private
+from ortlab.backend import _torch_private
 
 if TYPE_CHECKING:
-    import onnx
+    pass
 
 
 class _AsModule(torch.nn.Module):
@@ -98,72 +99,29 @@ class OrtFloor:
         resolved = ortlab.backend.OrtBackendOptions.from_value(options)
         start = time.perf_counter()
         exported = _export(module, args)
-        model, self.fusions, self.fusion_note = _fusions.fuse_proto(
-            exported, resolved.ort_fusions
-        )
-        self.export_seconds = time.perf_counter() - start
+        export_seconds = time.perf_counter() - start
         flat = _inputs(args)
-        if len(flat) != len(model.graph.input):
-            names = ", ".join(i.name for i in model.graph.input)
+        if len(flat) != len(exported.graph.input):
+            names = ", ".join(i.name for i in exported.graph.input)
             raise errors.ExportError(
-                f"the exported model has {len(model.graph.input)} inputs ({names}) but the "
-                f"call passes {len(flat)} values"
+                f"the exported model has {len(exported.graph.input)} inputs ({names}) but "
+                f"the call passes {len(flat)} values"
             )
-        start = time.perf_counter()
-        # Its threads are chosen as the backend chooses a partition's (on these inputs).
-        try:
-            self.session = ortlab.backend.create_session(
-                model, like=flat, options=resolved, choose_threads=True
-            )
-            if model is not exported:  # checked as the backend checks a fused partition
-                with torch.no_grad():
-                    expected = _inputs(module(*args))
-                why = _fusions.disagreement(self.session.run(flat), expected)
-                if why:
-                    raise _fusions.FusedOutputsDiffer(why)
-        except Exception as e:  # refused, its first runs failed, or its outputs differ
-            if model is exported:
-                raise
-            self.fusions, self.fusion_note = {}, _fusions.fallback_note(e)
-            self.session = ortlab.backend.create_session(
-                exported, like=flat, options=resolved, choose_threads=True
-            )
-            model = exported
-        else:
-            if model is not exported and resolved.ort_fusions is None:
-                model = self._faster(model, exported, flat, resolved)
-        self.model = model
-        self.session_seconds = time.perf_counter() - start
 
-    def _faster(
-        self,
-        fused: onnx.ModelProto,
-        unfused: onnx.ModelProto,
-        flat: list[Any],
-        options: ortlab.backend.OrtBackendOptions,
-    ) -> onnx.ModelProto:
-        """Times the fused session against the unfused model, as the backend times a
-        fused partition (``_fusions.compare_speed``); keeps the faster one's session and
-        returns its model."""
-        made: list[Any] = []
+        def expected() -> list[Any]:
+            with torch.no_grad():
+                return _inputs(module(*args))
 
-        def make_unfused() -> Callable[[], object]:
-            made.append(
-                ortlab.backend.create_session(
-                    unfused, like=flat, options=options, choose_threads=True
-                )
-            )
-            return lambda: made[0].run(flat)
-
-        session = self.session
-        keep, note = _fusions.compare_speed(
-            lambda: session.run(flat), make_unfused, self.fusions
+        # Fused, checked and timed as the backend builds a partition's session, its
+        # threads chosen on these inputs.
+        built = ortlab.backend.build_model_session(
+            exported, like=flat, options=resolved, expected=expected
         )
-        self.fusion_note = _fusions.join_notes(self.fusion_note, note)
-        if keep:
-            return fused
-        self.session, self.fusions = made[0], {}
-        return unfused
+        self.session = built.session
+        self.model = built.model
+        self.fusions, self.fusion_note = built.fusions, built.fusion_note
+        self.export_seconds = export_seconds + built.fuse_seconds
+        self.session_seconds = built.session_seconds
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         return self.session.run(_inputs(args))

@@ -1,0 +1,548 @@
+"""Building the ONNX Runtime session of a model: a declared pipeline of named steps, each
+with its failure policy written next to it, shared by a partition's sessions and the
+benchmark's bare-ORT floor.
+
+# NOTE: a partition's session (:func:`build_partition_session`) is built by :data:`STEPS`:
+#
+#   step        does                                         when it fails
+#   export      the partition's model, fused with ONNX       raise: the partition is split
+#               Runtime's operators where wanted             around what ONNX Runtime
+#               (``_export``)                                refuses, or runs in PyTorch
+#   dump        writes it where ``dump_path`` says           a note on the record
+#   candidates  the fused model, then the unfused one: the   a refused or disagreeing
+#               first whose session ONNX Runtime builds      candidate gives way to the
+#               (a CUDA graph, or a session with its         next; the last one's failure
+#               threads chosen) and, when fused, whose       is raised
+#               first outputs match PyTorch's (:func:`pick`)
+#   choose      fused against unfused (``_choose.faster``),  the first is kept
+#               when ``ort_fusions`` is None
+#   record      the SessionRecord; the runner, complete      -
+#
+# The floor (``ortlab.bench``) runs the same :func:`pick` on its whole-model candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import torch
+
+from ortlab import errors
+from ortlab.backend import (
+    _dump,
+    _export,
+    _fusions,
+    _options,
+    _runtime,
+    _session,
+    _threads,
+    records,
+)
+
+if TYPE_CHECKING:
+    import onnx
+    import torch.fx
+
+logger = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of building a session, and what happens when it fails."""
+
+    name: str
+    on_failure: str
+
+
+STEPS: tuple[Step, ...] = (
+    Step("export", "raise: the partition is split around what ONNX Runtime refuses"),
+    Step("dump", "a note on the record (SessionRecord.dump_note)"),
+    Step("candidates", "the next candidate; the last one's failure is raised"),
+    Step("choose", "the first candidate is kept"),
+    Step("record", "-"),
+)
+"""The steps of :func:`build_partition_session`, in order (see the module's NOTE)."""
+
+
+# -- candidates and the choice: shared with the floor ------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One model a session could run: ``make()`` returns it and the fusions it holds."""
+
+    label: str
+    """``"fused"`` or ``"unfused"``."""
+    make: Callable[[], tuple[onnx.ModelProto, dict[str, int]]]
+
+
+@dataclasses.dataclass
+class Picked(Generic[S]):
+    """What :func:`pick` kept."""
+
+    session: S
+    model: onnx.ModelProto
+    label: str
+    fusions: dict[str, int]
+    note: str
+    """How the candidates fared ("" when the first was kept unchecked and untimed)."""
+    checked_seconds: float = 0.0
+    """Checking a fused model's outputs, and timing it against the unfused one."""
+    given_up_seconds: float = 0.0
+    """Candidates given up: making them, their sessions and runs."""
+
+
+def pick(
+    candidates: Sequence[Candidate],
+    *,
+    open_session: Callable[[onnx.ModelProto], S],
+    run: Callable[[S], Sequence[Any]],
+    expected: Callable[[], Sequence[Any] | None] | None,
+    compare: bool,
+) -> Picked[S]:
+    """The ``candidates`` and ``choose`` steps: the first candidate ONNX Runtime takes
+    (its session opens, it runs, and a fused one's outputs match ``expected()``), timed
+    against the next one when ``compare`` (``_fusions.compare_speed``).
+
+    Args:
+        candidates: Fused first, then unfused (one candidate: nothing to fall back to).
+        open_session: Makes a model's session (choosing its threads).
+        run: Runs a session once on the first inputs; returns its outputs.
+        expected: PyTorch's outputs on those inputs (``None``, or returning ``None``:
+            nothing to check against).
+        compare: Time the kept fused model against the next candidate.
+
+    Raises:
+        Exception: the last candidate's failure.
+    """
+    notes: list[str] = []
+    given_up = 0.0
+    for position, candidate in enumerate(candidates):
+        last = position == len(candidates) - 1
+        start = time.perf_counter()
+        try:
+            model, fusions = candidate.make()
+            session = open_session(model)
+            checked = 0.0
+            if candidate.label == "fused" and expected is not None:
+                check_start = time.perf_counter()
+                _check(run(session), expected)
+                checked = time.perf_counter() - check_start
+        except Exception as e:
+            if last:
+                raise
+            given_up += time.perf_counter() - start
+            logger.debug("candidate %s given up", candidate.label, exc_info=True)
+            notes.append(_fusions.fallback_note(e))
+            continue
+        picked = Picked(session, model, candidate.label, dict(fusions), "", checked, given_up)
+        if compare and not last and candidate.label == "fused":
+            _choose_between(picked, candidates[position + 1], open_session, run)
+        picked.note = _fusions.join_notes(*notes, picked.note)
+        return picked
+    raise AssertionError("no candidates")  # pragma: no cover
+
+
+def _check(outputs: Sequence[Any], expected: Callable[[], Sequence[Any] | None]) -> None:
+    want = expected()
+    if want is None:
+        return
+    why = _fusions.disagreement(outputs, want)
+    if why:
+        raise _fusions.FusedOutputsDiffer(why)
+
+
+def _choose_between(
+    picked: Picked[S],
+    other: Candidate,
+    open_session: Callable[[onnx.ModelProto], S],
+    run: Callable[[S], Sequence[Any]],
+) -> None:
+    """The ``choose`` step: ``picked`` (fused) against ``other`` (unfused), in place."""
+    made: list[tuple[S, onnx.ModelProto]] = []
+
+    def make_other() -> Callable[[], object]:
+        model, _ = other.make()
+        made.append((open_session(model), model))
+        return lambda: run(made[0][0])
+
+    start = time.perf_counter()
+    session = picked.session
+    keep, note = _fusions.compare_speed(lambda: run(session), make_other, picked.fusions)
+    picked.checked_seconds += time.perf_counter() - start
+    picked.note = note
+    if not keep:
+        picked.session, picked.model = made[0]
+        picked.label, picked.fusions = other.label, {}
+
+
+# -- a whole model's session (the benchmark's floor) --------------------------------------
+@dataclasses.dataclass
+class ModelSession:
+    """A whole model's session built as a partition's is (:func:`build_model_session`)."""
+
+    session: Any
+    """The :class:`~ortlab.backend.StandaloneSession` that runs."""
+    model: onnx.ModelProto
+    """The model it runs (fused, or the one given)."""
+    fusions: dict[str, int]
+    """ONNX Runtime fused operators in it, by fusion."""
+    fusion_note: str
+    """How the fused and unfused models compared, or why there are no fusions."""
+    fuse_seconds: float
+    """Rewriting the model with fused operators."""
+    session_seconds: float
+    """Making the sessions, checking and timing them."""
+
+
+def build_model_session(
+    model: onnx.ModelProto,
+    *,
+    like: Sequence[Any],
+    options: _options.OrtBackendOptions,
+    expected: Callable[[], Sequence[Any] | None],
+) -> ModelSession:
+    """A session on a whole exported model, built with the steps a partition's session
+    takes after its export: fused as ``options.ort_fusions`` says, the fused model checked
+    against ``expected()`` (PyTorch's outputs on ``like``) and, with ``ort_fusions=None``,
+    timed against the unfused one (:func:`pick`); threads chosen on ``like``.
+
+    Raises:
+        SessionError: ONNX Runtime refused the model given.
+    """
+    from ortlab.backend import _standalone
+
+    start = time.perf_counter()
+    fused, fusions, note = _fusions.fuse_proto(model, options.ort_fusions)
+    fuse_seconds = time.perf_counter() - start
+    candidates = [Candidate("unfused", lambda: (model, {}))]
+    if fused is not model:
+        candidates.insert(0, Candidate("fused", lambda: (fused, dict(fusions))))
+    start = time.perf_counter()
+    picked = pick(
+        candidates,
+        open_session=lambda m: _standalone.create_session(
+            m, like=like, options=options, choose_threads=True
+        ),
+        run=lambda session: session.run(like),
+        expected=expected,
+        compare=options.ort_fusions is None,
+    )
+    return ModelSession(
+        session=picked.session,
+        model=picked.model,
+        fusions=picked.fusions,
+        fusion_note=_fusions.join_notes("" if picked.given_up_seconds else note, picked.note),
+        fuse_seconds=fuse_seconds,
+        session_seconds=time.perf_counter() - start,
+    )
+
+
+# -- a partition's session ---------------------------------------------------------------
+@dataclasses.dataclass
+class Request:
+    """What building one session of a partition needs."""
+
+    eager: torch.fx.GraphModule
+    """The partition's graph (its PyTorch run checks a fused model)."""
+    record: records.PartitionRecord
+    options: _options.OrtBackendOptions
+    registry: Any
+    dumper: _dump.ModelDumper
+    warned: set[str]
+    """What was warned about already (once per backend)."""
+    args: Sequence[Any]
+    frozen: dict[int, torch.Tensor]
+    input_fx_values: tuple[Any, ...]
+    output_fx_values: tuple[Any, ...]
+    single: bool
+    """The partition returns one value (not a tuple)."""
+    providers: list[_session.Provider]
+    fuse: bool | None
+    """``OrtBackendOptions.ort_fusions`` for an inference partition; ``False``."""
+    keep_last_run: bool
+
+
+@dataclasses.dataclass
+class Built:
+    """A partition's session, complete: its runner and its record."""
+
+    runner: _runtime.OrtRunner
+    record: records.SessionRecord
+    fused: bool
+    """The model has ONNX Runtime's fused operators (a later size it cannot run falls
+    back to the unfused model)."""
+    regrow: Callable[[], _runtime.OrtRunner] | None = None
+    """With one thread chosen by probing: makes the same session with more threads (a
+    run that grew long, see ``_threads``)."""
+
+
+def build_partition_session(request: Request) -> Built:
+    """Builds a session of a partition for its arguments' schema by :data:`STEPS`.
+
+    Raises:
+        Exception: the export failed, or ONNX Runtime refused or could not run every
+            candidate model (the caller splits the partition).
+    """
+    options = request.options
+    timings: dict[str, float] = {}
+    exported = _export_step(request, request.fuse, timings)
+    static = options.dynamic_shapes is False
+    runner_kwargs: dict[str, Any] = dict(
+        input_fx_values=request.input_fx_values,
+        output_fx_values=request.output_fx_values,
+        args=request.args,
+        frozen=request.frozen,
+        preallocate_output=options.preallocate_output,
+        # Exported from the partition's own metadata: Dynamo's guards keep the arguments
+        # to that schema (a static export fixes concrete sizes instead).
+        guaranteed=not static,
+    )
+    choices: dict[int, _threads.ThreadChoice] = {}
+    graph_notes: dict[int, str] = {}
+
+    def open_session(model: onnx.ModelProto) -> _runtime.OrtRunner:
+        runner, choice, note = _open(request, model, runner_kwargs)
+        choices[id(runner)], graph_notes[id(runner)] = choice, note
+        return runner
+
+    exported_bytes = exported.proto.SerializeToString()
+    # Dumped before ONNX Runtime sees it: a model it refuses is worth a look.
+    dump_files, dump_note = _dump_step(request, exported_bytes)
+    candidates = _candidates(request, exported, timings)
+    # pre_ort_model_transforms change the model on purpose: nothing to check it against.
+    check = exported.fused and not options.pre_ort_model_transforms
+    start = time.perf_counter()
+    picked = pick(
+        candidates,
+        open_session=open_session,
+        run=lambda runner: runner.run(request.args),
+        expected=functools.partial(_eager_outputs, request) if check else None,
+        # A CUDA graph replays one model: nothing to time against it.
+        compare=exported.unfused is not None and not options.cuda_graphs,
+    )
+    runner = picked.session
+    choice = choices[id(runner)]
+    elapsed = time.perf_counter() - start
+    if picked.given_up_seconds:
+        timings["fuse"] = timings.get("fuse", 0.0) + picked.given_up_seconds
+    if picked.checked_seconds:
+        timings["fuse"] = timings.get("fuse", 0.0) + picked.checked_seconds
+    session_seconds = elapsed - picked.given_up_seconds - picked.checked_seconds
+    session_seconds -= choice.seconds
+    timings["session"] = session_seconds
+    model_bytes = exported_bytes
+    if picked.model is not exported.proto:  # the unfused model runs: dump it too
+        model_bytes = picked.model.SerializeToString()
+        more_files, more_note = _dump_step(request, model_bytes)
+        dump_files, dump_note = dump_files + more_files, dump_note or more_note
+    regrow = None
+    if choice.probed_from is not None:
+        timings["threads"] = choice.seconds
+        if choice.threads == 1:
+            several = choice.probed_from
+            regrow = functools.partial(_regrown, request, picked.model, several, runner_kwargs)
+    # The export's own note (no pattern applied...) holds unless the fused model was
+    # given up: the note then says why.
+    fusion_note = _fusions.join_notes(
+        "" if picked.given_up_seconds else exported.fusion_note, picked.note
+    )
+    session_record = _record_step(
+        request,
+        picked,
+        runner,
+        exported,
+        timings,
+        choice,
+        graph_notes[id(runner)],
+        fusion_note,
+        (dump_files, dump_note),
+        len(model_bytes),
+    )
+    runner.keep_last_inputs = request.keep_last_run
+    runner.record = session_record
+    runner.fused = picked.label == "fused"
+    runner.regrow = regrow
+    logger.debug("created %r", session_record)
+    return Built(runner, session_record, runner.fused, regrow)
+
+
+def _export_step(
+    request: Request, fuse: bool | None, timings: dict[str, float]
+) -> _export.ExportedModel:
+    record, options = request.record, request.options
+    exported = _export.export_partition(
+        request.eager,
+        name=f"{record.graph_kind}_{record.graph_index}_{record.name}",
+        args=request.args,
+        static=options.dynamic_shapes is False,
+        frozen=request.frozen,
+        transforms=options.pre_ort_model_transforms or (),
+        opset_version=options.opset_version,
+        registry=request.registry,
+        custom_translations=tuple(options.custom_translations or ()),
+        fuse=fuse,
+    )
+    _export.add_timings(timings, exported.timings)
+    return exported
+
+
+def _candidates(
+    request: Request, exported: _export.ExportedModel, timings: dict[str, float]
+) -> list[Candidate]:
+    """The fused model then the unfused one (kept from the export, or exported again
+    without fusions when the export did not keep it: forced fusions, transforms)."""
+    if not exported.fused:
+        return [Candidate("unfused", lambda: (exported.proto, {}))]
+
+    def unfused() -> tuple[onnx.ModelProto, dict[str, int]]:
+        if exported.unfused is not None:
+            return exported.unfused, {}
+        again: dict[str, float] = {}
+        model = _export_step(request, False, again).proto
+        timings["fuse"] = timings.get("fuse", 0.0) + sum(again.values())
+        return model, {}
+
+    return [
+        Candidate("fused", lambda: (exported.proto, dict(exported.fusions))),
+        Candidate("unfused", unfused),
+    ]
+
+
+def _eager_outputs(request: Request) -> list[Any] | None:
+    """The partition run in PyTorch on the first arguments (``None`` when it fails: then
+    there is nothing to check a fused model against, which is not its fault)."""
+    try:
+        with torch.no_grad():
+            out = request.eager(*request.args)
+    except Exception:
+        logger.debug("no eager run to check %s against", request.record.name, exc_info=True)
+        return None
+    return [out] if request.single else list(out)
+
+
+def _open(
+    request: Request, model: onnx.ModelProto, runner_kwargs: dict[str, Any]
+) -> tuple[_runtime.OrtRunner, _threads.ThreadChoice, str]:
+    """A model's runner: a CUDA graph where ``cuda_graphs`` asks and it applies, else a
+    session with its threads chosen (``_threads.choose``); and why no CUDA graph."""
+    options = request.options
+    providers = request.providers
+    data = model.SerializeToString()
+    graph_note = ""
+    if options.cuda_graphs:
+        graphed, graph_note = _cuda_graph_runner(request, model, data, runner_kwargs)
+        if graphed is not None:
+            return graphed, _threads.initial(options, providers[0][0])[0], ""
+
+    def make(threads: int | None) -> _runtime.OrtRunner:
+        made = _session.create_session(data, providers, options.ort_session_options, threads)
+        return _runtime.OrtRunner(made, model, **runner_kwargs)
+
+    runner, choice = _threads.choose(
+        options, providers[0][0], make, run=lambda r: r.run(request.args)
+    )
+    return runner, choice, graph_note
+
+
+def _regrown(
+    request: Request,
+    model: onnx.ModelProto,
+    threads: int,
+    runner_kwargs: dict[str, Any],
+) -> _runtime.OrtRunner:
+    """The same session with ``threads`` threads (see :attr:`Built.regrow`)."""
+    session = _session.create_session(
+        model.SerializeToString(),
+        request.providers,
+        request.options.ort_session_options,
+        threads,
+    )
+    return _runtime.OrtRunner(session, model, **runner_kwargs)
+
+
+def _cuda_graph_runner(
+    request: Request, model: onnx.ModelProto, data: bytes, runner_kwargs: dict[str, Any]
+) -> tuple[_runtime.OrtRunner | None, str]:
+    """A runner replaying a CUDA graph, or ``(None, why not)``."""
+    args, frozen = request.args, request.frozen
+    slots = _runtime.input_slots(len(args), frozen)
+    providers = request.providers
+    why = _runtime.static_binding_blocker(
+        model, request.output_fx_values, args, slots, first_provider=providers[0][0]
+    )
+    if why:
+        return None, why
+    with_graph = [
+        (name, {**opts, "enable_cuda_graph": "1"} if name == _session.CUDA else opts)
+        for name, opts in providers
+    ]
+    try:
+        session = _session.create_session(
+            data, with_graph, request.options.ort_session_options
+        )
+        return _runtime.StaticBindingRunner(session, model, **runner_kwargs), ""
+    except Exception as e:  # e.g. a node ORT placed on the CPU provider
+        return None, errors.describe(e)
+
+
+def _dump_step(request: Request, model_bytes: bytes) -> tuple[tuple[str, ...], str | None]:
+    """Writes the model where the dump path says: the files, and why none were written
+    when that failed (a note, and one warning per backend: the partition runs anyway)."""
+    try:
+        files = request.dumper.dump(model_bytes, request.eager, request.options.dump_path)
+    except _dump.DumpFailed as e:
+        note = str(e)
+        if "dump_path" not in request.warned:
+            request.warned.add("dump_path")
+            warnings.warn(f"ortlab: {note}", RuntimeWarning, stacklevel=7)
+        return (), note
+    return files, None
+
+
+def _record_step(
+    request: Request,
+    picked: Picked[_runtime.OrtRunner],
+    runner: _runtime.OrtRunner,
+    exported: _export.ExportedModel,
+    timings: dict[str, float],
+    choice: _threads.ThreadChoice,
+    graph_note: str,
+    fusion_note: str,
+    dumped: tuple[tuple[str, ...], str | None],
+    model_bytes: int,
+) -> records.SessionRecord:
+    record = request.record
+    model = picked.model
+    placeholders = record.input_names
+    return records.SessionRecord(
+        partition_name=record.name,
+        index=len(record.sessions) + record.dropped_sessions,
+        model=model,
+        input_names=tuple(i.name for i in model.graph.input),
+        output_names=tuple(o.name for o in model.graph.output),
+        input_value_infos=tuple(model.graph.input),
+        output_value_infos=tuple(model.graph.output),
+        providers=tuple(runner.session.get_providers()),
+        export_method=exported.method,
+        export_seconds=sum(timings.get(k, 0.0) for k in records.EXPORT_STEPS),
+        session_seconds=timings["session"],
+        model_bytes=model_bytes,
+        timings=timings,
+        dump_files=dumped[0],
+        frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
+        cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
+        cuda_graph_note=graph_note or None,
+        threads=choice.threads,
+        threads_note=choice.note or None,
+        fusions=picked.fusions,
+        fusion_note=fusion_note or None,
+        onnx_passes=dict(exported.passes),
+        dump_note=dumped[1],
+    )
