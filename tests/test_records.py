@@ -122,3 +122,30 @@ def test_sessions_keep_no_last_run_unless_asked(tmp_path):
     assert session.last_inputs is None and session.last_outputs is None
     with pytest.raises(ortlab.OrtlabError, match="keep_last_run=True"):
         session.save(tmp_path)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_placeholders_carry_the_parameter_and_argument_names_they_bind(grad):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 3)
+
+        def forward(self, features):
+            return self.proj(features).relu()
+
+    compiled = ortlab.compile(Block())
+    x = torch.randn(2, 4)
+    if grad:
+        compiled(x).sum().backward()
+    else:
+        with torch.no_grad():
+            compiled(x)
+    graph = compiled.ortlab_backend.graphs[0]
+    assert sorted(graph.input_sources.values()) == ["features", "proj.bias", "proj.weight"]
+    addmm = next(n for n in graph.graph_module.graph.nodes if "addmm" in n.name)
+    bias = addmm.args[0]
+    assert graph.source_of(bias.name) == "proj.bias"
+    assert graph.source_of("relu") == "relu"
+    if grad:
+        assert compiled.ortlab_backend.graphs[1].input_sources == {}  # backward: saved values

@@ -63,7 +63,9 @@ class _Origin:
     """No GraphRecord made from this origin yet (Dynamo's and the registry's time go on
     the first one)."""
 
-    def graph_fields(self, graph_module: torch.fx.GraphModule) -> dict[str, Any]:
+    def graph_fields(
+        self, graph_module: torch.fx.GraphModule, kind: records.GraphKind
+    ) -> dict[str, Any]:
         """GraphRecord fields saying where the graph came from."""
         info = self.info
         # The frame Dynamo compiled, unless it is a wrapper (Dynamo's around a torch
@@ -92,6 +94,7 @@ class _Origin:
             "graph_break": info.end_reason if info.graph_break else None,
             "graph_break_source": break_source,
             "fallback": self.fallback,
+            "input_sources": _input_sources(graph_module, kind, info.input_sources),
         }
 
     def first_timings(self) -> dict[str, float]:
@@ -105,6 +108,24 @@ class _Origin:
         if self.registry_seconds:
             timings["registry"] = self.registry_seconds
         return timings
+
+
+def _input_sources(
+    graph_module: torch.fx.GraphModule,
+    kind: records.GraphKind,
+    sources: Sequence[str | None],
+) -> dict[str, str]:
+    """Placeholder name -> where Dynamo took that input from (``GraphRecord.input_sources``).
+
+    An inference or forward graph takes Dynamo's inputs in their order (AOTAutograd's
+    ``primals_*``, make_fx's ``arg*_1``); a backward graph takes saved values: none.
+    """
+    if kind == "backward":
+        return {}
+    placeholders = [n.name for n in graph_module.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(sources):
+        return {}
+    return {p: s for p, s in zip(placeholders, sources) if s}
 
 
 class OrtBackend:
@@ -500,7 +521,7 @@ class OrtBackend:
                 example_inputs,
                 kind=kind,
                 lower_seconds=lower_seconds,
-                origin_fields=origin.graph_fields(graph_module),
+                origin_fields=origin.graph_fields(graph_module, kind),
                 timings=origin.first_timings(),
             )
             forward = _time_until_first_call(partitioned.forward, self.graphs[-1])
@@ -541,7 +562,7 @@ class OrtBackend:
             keep_input_aliases=True,
             lowering="make_fx",
             lower_seconds=time.perf_counter() - start,
-            origin_fields=origin.graph_fields(aten),
+            origin_fields=origin.graph_fields(aten, "inference"),
             timings=origin.first_timings(),
         )
         return _time_until_first_call(partitioned.forward, self.graphs[-1])
@@ -559,7 +580,7 @@ class OrtBackend:
         """The ``eager`` strategy (and AOTAutograd's for one of its graphs): records a
         graph ortlab could not compile and warns; returns it, to run in PyTorch."""
         verdicts = _support.graph_not_compiled(graph_module, error)
-        fields = {**origin.graph_fields(graph_module), "error": error}
+        fields = {**origin.graph_fields(graph_module, kind), "error": error}
         record = self._new_record(graph_module, kind, lowering, None, verdicts, fields)
         record.timings.update(origin.first_timings())
         self._add_graph(record)

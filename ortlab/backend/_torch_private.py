@@ -40,6 +40,7 @@ import functools
 import inspect
 import logging
 import math as math_module
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -897,6 +898,39 @@ class DynamoGraphInfo:
     user_stack: tuple[tuple[str, int, str, str], ...]
     """Where the graph ends in the user's code: ``(file, line, function, source)``,
     outermost first."""
+    input_sources: tuple[str | None, ...] = ()
+    """Per graph input, in order, where Dynamo took it from, as people write it
+    (``"encoder.layer.0.attention.self.query.weight"``, ``"input_ids"``); ``None`` when
+    unknown."""
+
+
+_SOURCE_PARTS = (
+    (re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]"), r".\1"),
+    (re.compile(r"^L\['self'\]\."), ""),
+    (re.compile(r"^L\['([^']+)'\]"), r"\1"),
+)
+
+
+def readable_source(name: str) -> str:
+    """Dynamo's name of a graph input's source as people write it:
+    ``L['self']._modules['encoder']._parameters['weight']`` -> ``encoder.weight``,
+    ``L['input_ids']`` -> ``input_ids``."""
+    for pattern, replacement in _SOURCE_PARTS:
+        name = pattern.sub(replacement, name)
+    return name
+
+
+def _input_sources(graph_module: torch.fx.GraphModule) -> tuple[str | None, ...]:
+    sources: list[str | None] = []
+    for node in graph_module.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", None)
+        if callable(name):  # older torch: a method
+            name = name()
+        sources.append(readable_source(name) if isinstance(name, str) else None)
+    return tuple(sources)
 
 
 def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
@@ -934,6 +968,11 @@ def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
     if compile_id is None:
         compile_id = graph_module.meta.get("dynamo_compile_id")
         compile_id = None if compile_id is None else str(compile_id)
+    try:
+        sources = _input_sources(graph_module)
+    except Exception:  # the records then name inputs by their placeholders
+        logger.debug("Dynamo input sources unavailable", exc_info=True)
+        sources = ()
     return DynamoGraphInfo(
         compile_id=compile_id,
         seconds_in_dynamo=seconds,
@@ -941,6 +980,7 @@ def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
         end_reason=end_reason,
         graph_break=graph_break,
         user_stack=stack,
+        input_sources=sources,
     )
 
 
@@ -1064,9 +1104,7 @@ def op_by_name(text: str) -> torch._ops.OpOverload | torch._ops.OpOverloadPacket
 
 @functools.cache
 def _dispatcher_op_names() -> frozenset[str]:
-    return frozenset(
-        name.split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
-    )
+    return frozenset(name.split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names())
 
 
 def op_names(namespace: str) -> tuple[str, ...]:

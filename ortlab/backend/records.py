@@ -443,6 +443,15 @@ class GraphRecord:
     """Where that graph break is in the user's code, ``"model.py:14: print(x)"``."""
     run_count: int = 0
     """Times the compiled graph ran (Dynamo called it; its guards matched)."""
+    input_sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Placeholder name -> where Dynamo took that input from, as people write it:
+    ``{"primals_5": "encoder.layer.0.attention.self.query.weight", "primals_1":
+    "input_ids"}`` (inference and forward graphs; see :meth:`source_of`)."""
+
+    def source_of(self, name: str) -> str:
+        """A placeholder's parameter, buffer or argument name (``name`` itself for any
+        other node, or when unknown)."""
+        return self.input_sources.get(name, name)
 
     @property
     def cause(self) -> str:
