@@ -370,3 +370,15 @@ def test_floats_the_model_reads_are_constants_guarded_by_value():
     report = ortlab.diff(model, x)
     assert report.passed and report.backend.sessions
     assert _double_inputs(report.backend) == []
+
+
+def test_a_training_graph_that_fails_to_lower_says_no_grad_would_run_it(monkeypatch):
+    _plant_lowering_failure(monkeypatch, "aot_autograd_backend")
+    compiled = ortlab.compile(copy.deepcopy(Net()).eval())
+    with pytest.warns(ortlab.FallbackWarning, match=r"torch\.no_grad\(\)"):
+        compiled(torch.randn(3, 8))  # grad enabled: the training path
+    (graph,) = compiled.ortlab_backend.graphs
+    assert "call the model under torch.no_grad()" in graph.error
+    with torch.no_grad():  # and it does run: make_fx needs no autograd
+        compiled(torch.randn(3, 8))
+    assert compiled.ortlab_backend.graphs[-1].lowering == "make_fx"

@@ -138,6 +138,11 @@ def lower(
         if not strategy.applies(host, graph_module, example_inputs):
             continue
         why = f"lowering to ATen failed: {failures[-1][1]}" if failures else ""
+        if why and strategy.name == "eager" and torch.is_grad_enabled():
+            why += (
+                "; for inference, call the model under torch.no_grad() (or "
+                "torch.inference_mode()): it is then lowered without autograd"
+            )
         try:
             compiled = strategy.lower(host, graph_module, example_inputs, origin, why)
         except Exception as e:
