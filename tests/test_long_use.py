@@ -153,3 +153,29 @@ def test_diff_of_a_compiled_call_flags_frozen_weights_written_behind_pytorchs_ba
     (stale,) = [text for p in report.partitions for text in p.stale_frozen]
     assert "no longer matches the module's tensor" in stale
     assert report.cause_text() == stale
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_one_outsized_batch_leaves_little_memory_held_after_the_next_call():
+    """ONNX Runtime's arena grows for an outsized batch and never shrinks by itself: the
+    call after it gives the free memory back."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)
+    )
+    compiled = ortlab.compile(model, dynamic=True)
+    small = torch.randn(8, 64)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(small)
+        gc.collect()
+        start = _rss_mib()
+        big = torch.randn(1_000_000, 64)
+        out = compiled(big)
+        del out, big
+        gc.collect()
+        held = _rss_mib() - start
+        compiled(small)
+        gc.collect()
+        after = _rss_mib() - start
+    assert held > 200, held  # the arena grew (and the test can see it)
+    assert after < 100, (held, after)

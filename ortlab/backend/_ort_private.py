@@ -68,9 +68,18 @@ def empty_ortvalue(shape: Sequence[int], onnx_type: int, device: torch.device) -
     )
 
 
-def run_options() -> Any:
-    """ORT's ``RunOptions`` as the pybind object the low-level run calls take."""
-    return _pybind().RunOptions()
+def run_options(*, shrink_arenas: str = "") -> Any:
+    """ORT's ``RunOptions`` as the pybind object the low-level run calls take.
+
+    Args:
+        shrink_arenas: Devices whose memory arenas give their free memory back to the
+            system at the end of the run (``"cpu:0;gpu:0"``; run option
+            ``memory.enable_memory_arena_shrinkage``). ``""``: none.
+    """
+    options = _pybind().RunOptions()
+    if shrink_arenas:
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrink_arenas)
+    return options
 
 
 def session_core(session: onnxruntime.InferenceSession) -> Any:
