@@ -90,3 +90,21 @@ def test_a_partition_that_translates_to_no_node_still_imports_the_default_opset(
     session = onnxruntime.InferenceSession(exported.proto.SerializeToString())
     (out,) = session.run(None, {session.get_inputs()[0].name: torch.tensor(2.5).numpy()})
     assert float(out) == 2.5
+
+
+@pytest.mark.parametrize("op", ["lt", "ge", "eq"])
+def test_an_integer_tensor_compared_with_a_float_scalar_is_promoted(op):
+    # torchlib casts the scalar to the tensor's dtype: lt(int64, 2.5) computed x < 2
+    # (found by the conformance suite on signal.windows.kaiser)
+    import onnxruntime
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.tensor([1, 2, 3, -1])
+    gm = make_fx(lambda x: getattr(torch, op)(x, 2.5))(x)
+    assert _export._needs_type_promotion(gm)
+    exported = _export.export_partition(
+        gm, name="p", args=[x], static=True, frozen={}, transforms=()
+    )
+    session = onnxruntime.InferenceSession(exported.proto.SerializeToString())
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert out.tolist() == getattr(torch, op)(x, 2.5).tolist()

@@ -151,7 +151,9 @@ def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
     (``div(int, int) -> float``, ``mul(int, 0.5)``, ``sum(bool) -> int64``). ONNX never
     promotes implicitly, so those nodes need explicit casts; everywhere else the pass —
     which re-executes every node under fake mode and was the largest export cost — is
-    skipped. Python numbers next to a float tensor (``mul(x, 0.5)``) are cast by torchlib.
+    skipped. Python numbers next to a float tensor (``mul(x, 0.5)``) are cast by torchlib;
+    a float next to an integer tensor is not theirs to cast (``lt(i, 2.5)`` became
+    ``i < 2``), so it needs the pass.
     """
     table = _torch_private.type_promotion_table()
     for node in gm.graph.nodes:
@@ -161,9 +163,13 @@ def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
         rule = table.get_rule(target.overloadpacket)
         if rule is None:
             continue
-        inputs = {d for a in _promoted_args(node, rule) for d in _arg_dtypes(a)}
+        promoted = _promoted_args(node, rule)
+        inputs = {d for a in promoted for d in _arg_dtypes(a)}
         if len(inputs) > 1:
             return True
+        if inputs and not next(iter(inputs)).is_floating_point:
+            if any(isinstance(a, float) for a in promoted):
+                return True  # lt(int64, 2.5): torchlib would cast 2.5 to int64 (x < 2)
         outputs = set(_value_dtypes(node.meta.get("val"))) - {torch.bool}
         if inputs and not next(iter(inputs)).is_floating_point and outputs - inputs:
             return True
