@@ -9,11 +9,14 @@ overload, dtype and form, and how a node is keyed into it.
 #   key   (target text, dtype, form)    e.g. ("aten.nll_loss_forward.default",
 #                                              "float32", "contiguous")
 #   row   verified | fails (+ reason, + which outputs disagree; none listed: the node
-#         as a whole: translation, session or run failed)
+#         as a whole: translation, session or run failed; + the sample it was seen on)
 #
-# A node's dtype is that of its first tensor input (its output's when it has none); its
-# form is "strided" when a tensor input is not contiguous (or starts past its storage's
-# first element), else "contiguous". The generator (``_conformance_run``) keys the nodes
+# A node's dtype is that of its first tensor input that is not boolean (a condition or a
+# mask: ``where(mask, x, y)`` is keyed by x's dtype, and ``where`` on booleans, which
+# ONNX Runtime has no kernel for, does not reject it on float32); boolean when every
+# input is; its output's when it has no tensor input. Its form is "strided" when a
+# tensor input is not contiguous (or starts past its storage's first element), else
+# "contiguous". The generator (``_conformance_run``) keys the nodes
 # it tests with :func:`node_key`, and the support rules look nodes up with the same
 # function, so the two always agree.
 #
@@ -57,6 +60,31 @@ Status = Literal["verified", "fails", "not verified"]
 
 
 @dataclasses.dataclass(frozen=True)
+class Witness:
+    """Which sample a failing finding was first seen on: enough to run it again."""
+
+    op: str
+    """The OpInfo (``"nn.functional.nll_loss"``, a variant as ``"name.variant"``)."""
+    dtype: str
+    """The dtype the OpInfo was sampled in (a key of :data:`DTYPES`)."""
+    sample: int
+    """The sample's position among the OpInfo's samples for that dtype."""
+    noncontiguous: bool
+    """The sample's non-contiguous version (``SampleInput.noncontiguous()``)."""
+    graph: str
+    """The graph the node was in: ``"inference"``, ``"forward"`` or ``"backward"``."""
+    decompositions: str
+    """The lowering's table: ``"ortlab"`` (ortlab's lowerings) or ``"exporter"`` (the
+    exporter's ONNX-friendly table, which keeps every registered op whole)."""
+
+    def text(self) -> str:
+        """``"nn.functional.nll_loss float32 sample 0 (non-contiguous), backward graph"``."""
+        form = " (non-contiguous)" if self.noncontiguous else ""
+        table = ", exporter's decompositions" if self.decompositions == "exporter" else ""
+        return f"{self.op} {self.dtype} sample {self.sample}{form}, {self.graph} graph{table}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """What conformance found for one (op, dtype, form)."""
 
@@ -69,6 +97,14 @@ class Finding:
     (translation, session or run error, or its only output differs)."""
     samples: int = 0
     """OpInfo samples run for this key."""
+    witness: Witness | None = None
+    """For ``"fails"``: the sample the reason was seen on (older tables: ``None``)."""
+    failures: int = 0
+    """For ``"fails"``: how many of the ``samples`` failed."""
+    errors_only: bool = False
+    """For ``"fails"``: every failure was an error (the translation, ONNX Runtime's
+    session or its run raised) and none a wrong value or shape: where it fails, ortlab's
+    runtime falls back to PyTorch instead of returning a number."""
 
     def fails_for(self, used_outputs: tuple[int, ...] | None) -> bool:
         """Whether this finding rejects a node whose graph reads ``used_outputs`` of it
@@ -85,6 +121,12 @@ class Finding:
             row["reason"] = self.reason
         if self.outputs:
             row["outputs"] = list(self.outputs)
+        if self.witness is not None:
+            row["witness"] = dataclasses.asdict(self.witness)
+        if self.failures:
+            row["failures"] = self.failures
+        if self.errors_only:
+            row["errors_only"] = True
         return row
 
     @staticmethod
@@ -94,6 +136,9 @@ class Finding:
             reason=row.get("reason", ""),
             outputs=tuple(row.get("outputs", ())),
             samples=int(row.get("samples", 0)),
+            witness=Witness(**row["witness"]) if row.get("witness") else None,
+            failures=int(row.get("failures", 0)),
+            errors_only=bool(row.get("errors_only", False)),
         )
 
 
@@ -120,7 +165,7 @@ def node_key(node: torch.fx.Node) -> tuple[str, Form] | None:
     inputs = list(_tensor_inputs(node))
     value = node.meta.get("val")
     if inputs:
-        dtype = inputs[0].dtype
+        dtype = next((t.dtype for t in inputs if t.dtype != torch.bool), torch.bool)
     elif isinstance(value, torch.Tensor):
         dtype = value.dtype
     elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
