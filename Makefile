@@ -5,6 +5,9 @@
 #   make bench   create .venv, install, benchmark the zoo and the default corpus set, write
 #                benchmarks/results.* and benchmarks/corpus.*
 #   make bench-corpus  the whole corpus benchmark (long: inductor compiles every model)
+#   make conformance   create .venv, install, verify every registered ONNX translation
+#                against PyTorch's OpInfo samples in ONNX Runtime, write the package's
+#                conformance table and docs/conformance.md (long; not part of make test)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -13,7 +16,7 @@ EXTRAS := cpu,zoo,notebook,test,dev
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo 2>/dev/null)
 
-.PHONY: install test lint demo corpus bench bench-corpus graphviz browser clean
+.PHONY: install test lint demo corpus bench bench-corpus conformance graphviz browser clean
 
 install: $(STAMP)
 
@@ -68,6 +71,9 @@ bench: install
 
 bench-corpus: install
 	$(BIN)/ortlab bench --corpus all --out benchmarks
+
+conformance: install
+	$(BIN)/ortlab conformance --docs docs/conformance.md
 
 clean:
 	rm -rf $(VENV) reports artifacts .pytest_cache .ruff_cache

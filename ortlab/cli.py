@@ -1,5 +1,5 @@
 """Command line: ``ortlab demo`` (``--corpus``: the corpus coverage), ``ortlab bench``
-(``--corpus``: the corpus benchmark), ``ortlab report``."""
+(``--corpus``: the corpus benchmark), ``ortlab report``, ``ortlab conformance``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,43 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conformance(args: argparse.Namespace) -> int:
+    import torch
+
+    from ortlab.backend import _conformance, _conformance_docs, _conformance_run
+
+    torch.set_num_threads(args.threads)
+    ops = _names(args.ops)
+    out = args.out or (None if ops else _conformance.TABLE_FILE)
+    settings = _conformance_run.Settings(
+        ops=None if ops is None else tuple(ops),
+        samples=args.samples,
+        dtypes=tuple(_names(args.dtypes) or _conformance.DTYPES.values()),
+        op_seconds=args.op_seconds,
+        empty_apart=not args.file_empty,
+    )
+    print(
+        f"ortlab conformance — torch {torch.__version__}, {settings.samples} samples per "
+        f"OpInfo and dtype, {torch.get_num_threads()} thread(s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    table = _conformance_run.generate(
+        settings, progress=lambda line: print(line, file=sys.stderr, flush=True)
+    )
+    if out:
+        _conformance_run.write(table, out, args.docs)
+        print(f"table: {out}" + (f", docs: {args.docs}" if args.docs else ""))
+    elif args.docs:
+        _conformance_run.write(table, os.devnull, args.docs)
+    else:
+        for target in table.ops():
+            for key, finding in sorted(table.rows[target].items()):
+                print(f"{target} {key}: {finding.status} {finding.reason}".rstrip())
+    print(_conformance_docs.summary(table))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ortlab`` command."""
     parser = argparse.ArgumentParser(prog="ortlab", description=__doc__)
@@ -193,6 +230,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("path")
     report.add_argument("models", nargs="*")
     report.set_defaults(func=_report)
+
+    conformance = sub.add_parser(
+        "conformance",
+        help="verify the ONNX translations against PyTorch's OpInfo samples in ONNX Runtime "
+        "and write the conformance table",
+    )
+    conformance.add_argument(
+        "--ops",
+        help="comma-separated OpInfo names, e.g. add,nn.functional.nll_loss (default: all)",
+    )
+    conformance.add_argument(
+        "--samples", type=int, default=3, help="samples per OpInfo and dtype (default 3)"
+    )
+    conformance.add_argument(
+        "--dtypes",
+        help="comma-separated dtypes (default: float32,float16,bfloat16,int64,bool)",
+    )
+    conformance.add_argument(
+        "--out",
+        help="where the table's JSON goes (default: the package's conformance.json for a "
+        "run of every op; with --ops, nothing is written unless given)",
+    )
+    conformance.add_argument("--docs", help="also write the markdown report here")
+    conformance.add_argument(
+        "--op-seconds",
+        type=float,
+        default=90.0,
+        help="an OpInfo still sampling after this long is cut short (default 90)",
+    )
+    conformance.add_argument(
+        "--file-empty",
+        action="store_true",
+        help="file node calls with an empty tensor input under their key too (default: "
+        "apart, in the table's meta)",
+    )
+    conformance.add_argument(
+        "--threads", type=int, default=1, help="torch/ORT intra-op threads (default 1)"
+    )
+    conformance.set_defaults(func=_conformance)
 
     args = parser.parse_args(argv)
     if args.command == "bench" and args.corpus is not None and (args.models or args.training):
