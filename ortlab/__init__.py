@@ -26,6 +26,7 @@ from ortlab.backend import (
     TimelineEvent,
     Verdict,
     backend_of,
+    clear_cache,
     compile,
 )
 from ortlab.bench import BenchResult, bench
@@ -49,6 +50,7 @@ __all__ = [
     "OrtExecutionProvider",
     "compile",
     "backend_of",
+    "clear_cache",
     # Records
     "GraphRecord",
     "PartitionRecord",
@@ -71,6 +73,8 @@ __all__ = [
     "BenchResult",
     "inspect",
     "report",
+    "profile",
+    "compare",
     # Notebook extension
     "load_ipython_extension",
 ]
@@ -88,6 +92,24 @@ def report(obj, path, **kwargs):
     from ortlab import views
 
     return views.report(obj, path, **kwargs)
+
+
+def profile(compiled, *args, **kwargs):
+    """Where the time of one compiled call goes: Dynamo's entry, each eager node, ortlab's
+    glue and each ONNX Runtime node, attributed to FX nodes, modules and source lines
+    (an ``ortlab.profiling.Profile``; see ``ortlab.profiling.profile``)."""
+    from ortlab import profiling
+
+    return profiling.profile(compiled, *args, **kwargs)
+
+
+def compare(*objects, **kwargs):
+    """Two compiles side by side (``compare(a, b[, *args])``, or one model under two
+    option sets: ``compare(model, *args, a={...}, b={...})``); see
+    ``ortlab.profiling.compare``."""
+    from ortlab import profiling
+
+    return profiling.compare(*objects, **kwargs)
 
 
 def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPython

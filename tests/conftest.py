@@ -9,6 +9,10 @@ import torch
 
 import ortlab
 
+# The compile cache stays off in the suite: a test's first call must export, fuse and
+# time as it says (tests/test_cache.py turns it on in a directory of its own).
+os.environ.setdefault("ORTLAB_CACHE_DIR", "off")
+
 # Torch threads: the CI machine has 2 cores; keep runs predictable.
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 

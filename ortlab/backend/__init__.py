@@ -15,6 +15,7 @@ from ortlab.backend._backend import (
     warm_up,
 )
 from ortlab.backend._build import ModelSession, build_model_session
+from ortlab.backend._cache import clear_cache
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
 from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._standalone import StandaloneSession, create_session
@@ -39,6 +40,7 @@ __all__ = [
     "compile_with",
     "backend_of",
     "warm_up",
+    "clear_cache",
     # Sessions outside a compiled graph (the numerics' debug models, the bench's ORT floor)
     "create_session",
     "StandaloneSession",

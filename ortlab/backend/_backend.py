@@ -31,6 +31,7 @@ import torch.fx
 
 from ortlab import errors
 from ortlab.backend import (
+    _cache,
     _dump,
     _executor,
     _export,
@@ -400,6 +401,7 @@ class OrtBackend:
                 ),
                 history=self._partition_event,
                 split=self._partition_split,
+                cache=_cache.open_cache(options.compile_cache),
             )
         return self._context
 

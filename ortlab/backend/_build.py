@@ -16,7 +16,13 @@ benchmark's bare-ORT floor.
 #               first outputs match PyTorch's (:func:`pick`)
 #   choose      fused against unfused (``_choose.faster``),  the first is kept
 #               when ``ort_fusions`` is None
-#   record      the SessionRecord; the runner, complete      -
+#   record      the SessionRecord; the runner, complete;     a cache that cannot be
+#               the model and decisions into the compile     written is skipped
+#               cache (``_cache``)
+#
+# With a compile cache, an entry for the partition's key replaces every step but the
+# session (and the dump): its model and decisions are read back; one ONNX Runtime
+# refuses is deleted and the steps run.
 #
 # The floor (``ortlab.bench``) runs the same :func:`pick` on its whole-model candidates.
 """
@@ -35,6 +41,7 @@ import torch
 
 from ortlab import errors
 from ortlab.backend import (
+    _cache,
     _dump,
     _export,
     _fusions,
@@ -67,7 +74,7 @@ STEPS: tuple[Step, ...] = (
     Step("dump", "a note on the record (SessionRecord.dump_note)"),
     Step("candidates", "the next candidate; the last one's failure is raised"),
     Step("choose", "the first candidate is kept"),
-    Step("record", "-"),
+    Step("record", "-; a compile cache that cannot be written is skipped"),
 )
 """The steps of :func:`build_partition_session`, in order (see the module's NOTE)."""
 
@@ -267,6 +274,8 @@ class Request:
     fuse: bool | None
     """``OrtBackendOptions.ort_fusions`` for an inference partition; ``False``."""
     keep_last_run: bool
+    cache: _cache.CompileCache | None = None
+    """The compile cache (``None``: off)."""
 
 
 @dataclasses.dataclass
@@ -292,7 +301,6 @@ def build_partition_session(request: Request) -> Built:
     """
     options = request.options
     timings: dict[str, float] = {}
-    exported = _export_step(request, request.fuse, timings)
     static = options.dynamic_shapes is False
     runner_kwargs: dict[str, Any] = dict(
         input_fx_values=request.input_fx_values,
@@ -304,6 +312,16 @@ def build_partition_session(request: Request) -> Built:
         # to that schema (a static export fixes concrete sizes instead).
         guaranteed=not static,
     )
+    key = _cache_key(request, static)
+    if key is not None and request.cache is not None:
+        hit = request.cache.load(key)
+        if hit is not None:
+            try:
+                return _from_cache(request, hit, runner_kwargs)
+            except Exception:  # ONNX Runtime refuses it: rebuilt, never run
+                logger.debug("compile cache entry %s refused", key, exc_info=True)
+                request.cache.discard(key)
+    exported = _export_step(request, request.fuse, timings)
     choices: dict[int, _threads.ThreadChoice] = {}
     graph_notes: dict[int, str] = {}
 
@@ -369,8 +387,90 @@ def build_partition_session(request: Request) -> Built:
     runner.record = session_record
     runner.fused = picked.label == "fused"
     runner.regrow = regrow
+    if key is not None and request.cache is not None:
+        decisions = _cache.Decisions(
+            fused=runner.fused,
+            fusions=dict(picked.fusions),
+            fusion_note=session_record.fusion_note,
+            threads=choice.threads,
+            threads_note=choice.note or None,
+            threads_probed_from=choice.probed_from,
+            passes=dict(exported.passes),
+            export_method=exported.method,
+            frozen_inputs=exported.frozen_inputs,
+        )
+        request.cache.store(key, model_bytes, decisions)
     logger.debug("created %r", session_record)
     return Built(runner, session_record, runner.fused, regrow)
+
+
+def _cache_key(request: Request, static: bool) -> str | None:
+    """The partition's compile-cache key; ``None`` without a cache or a key."""
+    if request.cache is None:
+        return None
+    try:
+        return _cache.partition_key(
+            graph_module=request.eager,
+            args=request.args,
+            static=static,
+            frozen=request.frozen,
+            options=request.options,
+            providers=request.providers,
+            fuse=request.fuse,
+            threads=torch.get_num_threads(),
+        )
+    except _cache.Unkeyable:
+        return None
+
+
+def _from_cache(request: Request, hit: _cache.Hit, runner_kwargs: dict[str, Any]) -> Built:
+    """A session of a cached model, with the decisions made for it (no export, no
+    fusion, no check, no timing)."""
+    decisions = hit.decisions
+    model = hit.model
+    data = model.SerializeToString()
+    start = time.perf_counter()
+    session = _session.create_session(
+        data, request.providers, request.options.ort_session_options, decisions.threads
+    )
+    runner = _runtime.OrtRunner(session, model, **runner_kwargs)
+    timings = {"cache": hit.seconds, "session": time.perf_counter() - start}
+    dump_files, dump_note = _dump_step(request, data)
+    record = request.record
+    placeholders = record.input_names
+    note = f"from the compile cache (entry {hit.key[:12]})"
+    session_record = records.SessionRecord(
+        partition_name=record.name,
+        index=len(record.sessions) + record.dropped_sessions,
+        model=model,
+        input_names=tuple(i.name for i in model.graph.input),
+        output_names=tuple(o.name for o in model.graph.output),
+        input_value_infos=tuple(model.graph.input),
+        output_value_infos=tuple(model.graph.output),
+        providers=tuple(session.get_providers()),
+        export_method="cache",
+        export_seconds=hit.seconds,
+        session_seconds=timings["session"],
+        model_bytes=len(data),
+        timings=timings,
+        dump_files=dump_files,
+        dump_note=dump_note,
+        frozen_inputs=tuple(placeholders[i] for i in decisions.frozen_inputs),
+        threads=decisions.threads,
+        threads_note=_fusions.join_notes(decisions.threads_note or "", note),
+        fusions=dict(decisions.fusions),
+        fusion_note=decisions.fusion_note,
+        onnx_passes=dict(decisions.passes),
+    )
+    regrow = None
+    if decisions.threads == 1 and decisions.threads_probed_from is not None:
+        several = decisions.threads_probed_from
+        regrow = functools.partial(_regrown, request, model, several, runner_kwargs)
+    runner.keep_last_inputs = request.keep_last_run
+    runner.record = session_record
+    runner.fused = decisions.fused
+    runner.regrow = regrow
+    return Built(runner, session_record, decisions.fused, regrow)
 
 
 def _export_step(

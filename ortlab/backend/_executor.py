@@ -34,6 +34,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ortlab import errors
 from ortlab.backend import (
     _build,
+    _cache,
     _dump,
     _export,
     _fusions,
@@ -84,6 +85,8 @@ class PartitionContext:
     split: Callable[[Split], None] = lambda split: None
     """Told of each partition split around the nodes ONNX Runtime refused (the backend
     updates the graph's records)."""
+    cache: _cache.CompileCache | None = None
+    """The compile cache (``OrtBackendOptions.compile_cache``), or ``None``."""
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
     """Held while a partition of this backend finds or builds a session (export,
     session creation, splitting): two threads never build the same session twice."""
@@ -438,6 +441,7 @@ class OrtPartitionModule:
                 providers=self._providers(args),
                 fuse=fuse,
                 keep_last_run=self._allow_freeze and options.keep_last_run,
+                cache=self._context.cache,
             )
         )
         record = self.record

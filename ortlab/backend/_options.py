@@ -352,6 +352,16 @@ class OrtBackendOptions:
     running that graph or partition in PyTorch. For CI and for debugging ortlab itself;
     nodes without an ONNX translation are not failures and still run in PyTorch."""
 
+    compile_cache: bool | str | None = None
+    """Keep each partition's ONNX model and what was decided for it (fusions, threads)
+    on disk, so that a new process does not export, fuse, check and time it again.
+    ``None`` / ``True``: in ``$ORTLAB_CACHE_DIR`` (``off`` there turns it off), else
+    ``~/.cache/ortlab/compile`` (2 GiB at most, the oldest-used evicted;
+    ``ortlab.clear_cache()`` empties it); a string: that directory; ``False``: no cache.
+    The key pins the partition's graph and inputs, the frozen weights' bytes, the options
+    and providers, the versions of torch, onnx, onnxscript and onnxruntime, and the
+    machine; an entry that does not check out is rebuilt, never run."""
+
     keep_last_run: bool = False
     """Keep each inference session's last inputs and outputs on its record
     (``SessionRecord.last_inputs`` / ``last_outputs``), for ``SessionRecord.save``. Off by
@@ -438,6 +448,12 @@ class OrtBackendOptions:
                         f"OrtBackendOptions.pre_ort_model_transforms: {t!r} is not callable."
                     )
             object.__setattr__(self, "pre_ort_model_transforms", tuple(transforms))
+        cache = self.compile_cache
+        if cache is not None and not isinstance(cache, (bool, str)):
+            raise errors.UnsupportedOptionError(
+                "OrtBackendOptions.compile_cache must be None (the default directory), "
+                f"True, False or a directory; got {cache!r}."
+            )
         if self.dump_path is not None and not isinstance(self.dump_path, str):
             raise errors.UnsupportedOptionError(
                 f"OrtBackendOptions.dump_path must be a string prefix; got {self.dump_path!r}."

@@ -27,8 +27,8 @@ Lowering = Literal["make_fx", "aot_autograd", "eager"]
 """How a Dynamo graph became ATen (see ``ortlab.backend._lowering``)."""
 PartitionState = Literal["ort", "eager"]
 """Where a partition runs now."""
-ExportMethod = Literal["direct", "retrace"]
-"""How a partition's ONNX model was made."""
+ExportMethod = Literal["direct", "retrace", "cache"]
+"""How a partition's ONNX model was made (``"cache"``: read from the compile cache)."""
 TimelineKind = Literal["graph", "session", "fallback", "split"]
 """What a :class:`TimelineEvent` records."""
 
@@ -42,8 +42,9 @@ up front). ``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing 
 partitioning since the previous graph of the same compile). ``guards``: Dynamo's work
 after ortlab returns the graph (guards, the frame's new bytecode, AOTAutograd's runtime
 wrappers), until the graph first runs."""
-EXPORT_STEPS = ("type_promotion", "translate", "fuse", "serialize", "transforms")
+EXPORT_STEPS = ("cache", "type_promotion", "translate", "fuse", "serialize", "transforms")
 """The session steps that make its ONNX model (``SessionRecord.export_seconds``).
+``cache``: reading it from the compile cache (then no other export step runs).
 ``fuse``: rewriting it with ONNX Runtime's fused operators (``ort_fusions``) and checking
 the fused model's first outputs against PyTorch (and, when a fused model was given up,
 that attempt's session and runs)."""
@@ -175,7 +176,8 @@ class SessionRecord:
     providers: tuple[str, ...]
     """Execution providers the session actually uses, in priority order."""
     export_method: ExportMethod = "direct"
-    """``"direct"`` (FX graph translated node by node) or ``"retrace"`` (public exporter)."""
+    """``"direct"`` (FX graph translated node by node), ``"retrace"`` (public exporter) or
+    ``"cache"`` (read from the compile cache with the decisions made for it)."""
     export_seconds: float = 0.0
     """Making the model: the :data:`EXPORT_STEPS` (type promotion, translation, fusion,
     serialization, transforms)."""

@@ -1,0 +1,123 @@
+"""The compile cache on disk: a second compile of the same partition reads its model and
+decisions back; an entry that does not check out is rebuilt, never run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import ortlab
+from ortlab.backend import _cache
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(32),
+        torch.nn.Linear(32, 4),
+    ).eval()
+
+
+def _compile_and_run(model, directory, x, **options):
+    """A fresh compile, as a new process would make it (Dynamo's caches reset)."""
+    torch._dynamo.reset()
+    compiled = ortlab.compile(model, compile_cache=str(directory), **options)
+    with torch.no_grad():
+        out = compiled(x)
+    (session,) = compiled.ortlab_backend.sessions
+    return out, session
+
+
+def test_a_second_compile_reads_the_model_and_its_decisions_back(tmp_path):
+    model, x = _model(), torch.randn(3, 16)
+    with torch.no_grad():
+        expected = model(x)
+    first_out, first = _compile_and_run(model, tmp_path, x)
+    second_out, second = _compile_and_run(model, tmp_path, x)
+    assert first.export_method == "direct" and second.export_method == "cache"
+    torch.testing.assert_close(second_out, expected)
+    torch.testing.assert_close(first_out, expected)
+    assert second.model.SerializeToString() == first.model.SerializeToString()
+    assert (second.fusions, second.threads) == (first.fusions, first.threads)
+    assert "from the compile cache" in second.threads_note
+    # Nothing was exported, fused, checked or timed again.
+    assert set(second.timings) == {"cache", "session", "first_run"}
+    assert second.export_seconds == second.timings["cache"]
+
+
+def test_frozen_weights_are_part_of_the_key(tmp_path):
+    model, x = _model(), torch.randn(3, 16)
+    _compile_and_run(model, tmp_path, x, freeze_parameters=True)
+    with torch.no_grad():
+        model[0].weight.mul_(2)
+        expected = model(x)
+    out, session = _compile_and_run(model, tmp_path, x, freeze_parameters=True)
+    assert session.export_method == "direct"  # a miss: the weights changed
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("damage", ["model", "meta", "refused"])
+def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
+    model, x = _model(), torch.randn(3, 16)
+    with torch.no_grad():
+        expected = model(x)
+    _compile_and_run(model, tmp_path, x)
+    (entry,) = [
+        os.path.join(r, d) for r, ds, _ in os.walk(tmp_path) for d in ds if len(d) == 64
+    ]
+    if damage == "model":
+        with open(os.path.join(entry, "model.onnx"), "r+b") as f:
+            f.seek(40)
+            f.write(b"\xff\xff\xff\xff")
+    elif damage == "meta":
+        with open(os.path.join(entry, "meta.json"), "w") as f:
+            f.write("{not json")
+    else:  # a model ONNX Runtime refuses, under a checksum that matches it
+        import hashlib
+        import json
+
+        bad = b"not an onnx model"
+        with open(os.path.join(entry, "model.onnx"), "wb") as f:
+            f.write(bad)
+        with open(os.path.join(entry, "meta.json")) as f:
+            meta = json.load(f)
+        meta["sha256"] = hashlib.sha256(bad).hexdigest()
+        with open(os.path.join(entry, "meta.json"), "w") as f:
+            json.dump(meta, f)
+    out, session = _compile_and_run(model, tmp_path, x)
+    assert session.export_method == "direct"
+    torch.testing.assert_close(out, expected)
+    _, again = _compile_and_run(model, tmp_path, x)  # rebuilt and written again
+    assert again.export_method == "cache"
+
+
+def test_the_cache_is_bounded_and_cleared(tmp_path):
+    cache = _cache.CompileCache(str(tmp_path), max_bytes=1)
+    decisions = _cache.Decisions(False, {}, None, 1, None, None, {}, "direct", ())
+    cache.store("a" * 64, b"x" * 100, decisions)
+    assert cache.size() == 0  # evicted at once: over the bound
+    cache.max_bytes = 10_000
+    cache.store("b" * 64, b"x" * 100, decisions)
+    assert cache.size() > 100
+    assert ortlab.clear_cache(str(tmp_path)) > 100 and cache.size() == 0
+
+
+def test_the_environment_moves_or_turns_off_the_default_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv(_cache.ENVIRONMENT, str(tmp_path))
+    assert _cache.directory_for(None) == str(tmp_path)
+    assert _cache.directory_for(False) is None
+    monkeypatch.setenv(_cache.ENVIRONMENT, "off")
+    assert _cache.directory_for(None) is None and _cache.directory_for(True) is None
+    assert _cache.directory_for("elsewhere") == "elsewhere"
+
+
+def test_transforms_make_a_partition_unkeyable(tmp_path):
+    model, x = _model(), torch.randn(3, 16)
+    kwargs = {"pre_ort_model_transforms": [lambda m: None]}
+    _compile_and_run(model, tmp_path, x, **kwargs)
+    _, session = _compile_and_run(model, tmp_path, x, **kwargs)
+    assert session.export_method == "direct"
