@@ -12,8 +12,10 @@ ONNX Runtime result is expected to meet against eager PyTorch. The zoo has two t
   ``transformers`` (ResNet, ViT, BERT, GPT-2, Llama, T5, Whisper, CLIP, ...) in small
   configurations with random weights, grouped by family. Decoder language models also
   describe a second call, a decode step with a key/value cache
-  (:attr:`ZooModel.followup_inputs`). The models flagged :attr:`ZooModel.ci` are the fast
-  subset the test suite compiles.
+  (:attr:`ZooModel.followup_inputs`). Each trains with its own loss
+  (:attr:`ZooModel.objective`, :meth:`ZooModel.training_inputs`): the model with its
+  training head, labels in, ``.loss`` out. The models flagged :attr:`ZooModel.ci` are the
+  fast subset the test suite compiles.
 
 :func:`get` finds a model of either tier by name.
 
@@ -25,11 +27,12 @@ from __future__ import annotations
 
 from ortlab import errors
 from ortlab.zoo import _corpus, _teaching
-from ortlab.zoo._model import FAMILIES, TIERS, ZooModel
+from ortlab.zoo._model import FAMILIES, TIERS, Objective, ZooModel
 
 __all__ = [
     # the record
     "ZooModel",
+    "Objective",
     "TIERS",
     "FAMILIES",
     # any tier

@@ -6,6 +6,10 @@ one decode step: the next token, the attention mask of prompt plus token, and th
 ``DynamicCache`` an eager prefill of the prompt filled; it updates that cache in place and
 returns the logits. This module owns the wrapper that makes both calls positional
 (:class:`CausalLM`), the two input makers and the ten decoders.
+
+Each trains as language models are trained: the prompt's tokens are also its labels
+(``labels=input_ids``), and the model takes the cross-entropy of each position's logits
+against the next token (the shift is inside ``transformers``).
 """
 
 from __future__ import annotations
@@ -95,7 +99,14 @@ def _decoder(
     *,
     ci: bool = False,
 ) -> _model.ZooModel:
-    """A decoder; its prompt and its decode step draw their tokens with ``seed``."""
+    """A decoder; its prompt and its decode step draw their tokens with ``seed``; it
+    trains on the prompt as its own labels."""
+    objective = _hf.objective(
+        "next-token cross-entropy (labels = input_ids, shifted inside)",
+        model_class,
+        config,
+        _hf.labeled(_prompt(seed), ("input_ids", "attention_mask"), _hf.next_tokens),
+    )
     return _hf.model(
         "decoder",
         CausalLM,
@@ -107,6 +118,7 @@ def _decoder(
         _prompt(seed),
         ci=ci,
         followup_inputs=_decode_step(seed),
+        objective=objective,
     )
 
 

@@ -4,12 +4,19 @@ This module owns the lazy ``transformers`` import, the wrappers that give each m
 ``forward`` of positional tensors in and tensors out (never a ``ModelOutput``), the
 builder that draws random weights under a fixed seed, the deterministic example inputs of
 images, token sequences and raw audio, the configuration pieces several families share,
-and :func:`model`, the one factory of corpus :class:`~ortlab.zoo.ZooModel` records. The
-families' modules (``_vision``, ``_text``, ``_decoders``, ``_audio_multimodal``) hold the
-models themselves.
+the training objectives (:func:`objective`: the ``transformers`` class with its training
+head, called as users call it, ``model(**inputs, labels=y).loss``, and the labels that go
+with the inputs), and :func:`model`, the one factory of corpus
+:class:`~ortlab.zoo.ZooModel` records. The families' modules (``_vision``, ``_text``,
+``_decoders``, ``_audio_multimodal``) hold the models themselves.
 
 ``transformers`` is imported only when a builder runs.
 """
+
+# NOTE: a training step's inputs are the inference inputs of the same seed, as keywords,
+# plus labels drawn with a seed of their own (LABEL_SEED): the inference inputs the rest
+# of the corpus uses are untouched. Where the inference model has no training head (a
+# BertModel), the objective builds the class that has one from the same configuration.
 
 from __future__ import annotations
 
@@ -30,6 +37,17 @@ VOCAB = 512
 
 FIRST_ID = 4
 """Example token ids are drawn from ``[FIRST_ID, VOCAB)``, clear of the special tokens."""
+
+LABEL_SEED = 7
+"""The seed of every training step's labels (class ids, pixel classes, CTC targets)."""
+
+IGNORE = -100
+"""The label ``transformers``' losses skip (a padded target position)."""
+
+SINGLE_LABEL = dict(problem_type="single_label_classification")
+"""Cross-entropy for a classifier, said in its configuration: left unset, the first
+forward with labels writes it into the configuration, and a compiled model's guard on it
+fails on the second step (one recompile per model, whatever the backend)."""
 
 
 Mask: TypeAlias = torch.Tensor | None
@@ -176,6 +194,7 @@ def model(
     batch_sizes: tuple[int, ...] = (1, 2, 4),
     ci: bool = False,
     followup_inputs: Callable[[nn.Module, int], tuple] | None = None,
+    objective: _model.Objective | None = None,
 ) -> _model.ZooModel:
     """Returns the corpus model ``name``: ``transformers.<model_class>`` in ``wrapper``.
 
@@ -194,6 +213,7 @@ def model(
         batch_sizes: The batch-size sweep.
         ci: Whether the model belongs to the fast subset the test suite compiles.
         followup_inputs: The inputs of a second call (decoders' decode step).
+        objective: How it trains with its own loss (:func:`objective`).
 
     Returns:
         The :class:`~ortlab.zoo.ZooModel`.
@@ -213,7 +233,130 @@ def model(
         architecture=architecture,
         ci=ci,
         followup_inputs=followup_inputs,
+        objective=objective,
     )
+
+
+# --- training objectives -----------------------------------------------------------------
+
+
+def _bare(net: nn.Module) -> nn.Module:
+    """No wrapper: a training step calls the ``transformers`` model as users do."""
+    return net
+
+
+def objective(
+    loss: str,
+    model_class: str,
+    config: dict[str, Any],
+    make_inputs: Callable[[int], dict[str, Any]],
+    *,
+    note: str = "",
+) -> _model.Objective:
+    """Returns the training objective computed by ``transformers.<model_class>`` itself.
+
+    Args:
+        loss: The loss in a few words.
+        model_class: The class with the training head (its forward takes the labels).
+        config: Its configuration's keyword arguments.
+        make_inputs: The keyword inputs of a training step for a batch size, labels
+            included (:func:`labeled`).
+        note: Why the training class is not the inference one, where it is not.
+
+    Returns:
+        The :class:`~ortlab.zoo.Objective`; its model is built under seed 0, unwrapped.
+    """
+    return _model.Objective(
+        loss=loss,
+        model_class=model_class,
+        build=builder(_bare, model_class, config),
+        make_inputs=make_inputs,
+        note=note,
+    )
+
+
+def labeled(
+    make_inputs: Callable[[int], tuple],
+    names: tuple[str, ...],
+    labels: Callable[[dict[str, Any]], torch.Tensor] | None = None,
+    **extra: Any,
+) -> Callable[[int], dict[str, Any]]:
+    """Keyword inputs of a training step: the positional inference inputs named, plus
+    ``labels`` made from them (``None``: no labels) and ``extra`` keywords.
+
+    Args:
+        make_inputs: The inference inputs for a batch size (one of this module's makers).
+        names: The keyword of each positional input.
+        labels: Makes the labels from the named inputs (``input_ids`` gives a causal LM
+            its targets; the others read the batch size only).
+        **extra: More keywords, e.g. ``return_loss=True``.
+    """
+
+    def make(batch: int) -> dict[str, Any]:
+        inputs = dict(zip(names, make_inputs(batch), strict=True))
+        if labels is not None:
+            inputs["labels"] = labels(inputs)
+        return inputs | extra
+
+    return make
+
+
+def _batch(inputs: dict[str, Any]) -> int:
+    return int(next(iter(inputs.values())).shape[0])
+
+
+def class_labels(classes: int) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """One class id in ``[0, classes)`` per example."""
+    return lambda inputs: torch.randint(
+        0, classes, (_batch(inputs),), generator=_model.generator(LABEL_SEED)
+    )
+
+
+def pixel_labels(
+    classes: int, size: int, block: int
+) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """A class id in ``[0, classes)`` per pixel of a ``size`` x ``size`` image, one per
+    ``block`` x ``block`` square (a class per pixel drawn at random could not be learnt:
+    a model starting near uniform would already sit at its best loss, and a training step
+    would hardly move it)."""
+
+    def make(inputs: dict[str, Any]) -> torch.Tensor:
+        cells = size // block
+        coarse = torch.randint(
+            0, classes, (_batch(inputs), cells, cells), generator=_model.generator(LABEL_SEED)
+        )
+        return coarse.repeat_interleave(block, dim=1).repeat_interleave(block, dim=2)
+
+    return make
+
+
+def next_tokens(inputs: dict[str, Any]) -> torch.Tensor:
+    """A causal LM's labels: its input ids (``transformers`` shifts them inside)."""
+    return inputs["input_ids"].clone()
+
+
+def target_tokens(length: int) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """Decoder targets of ``length`` tokens (the model shifts them right into its
+    decoder inputs)."""
+    return lambda inputs: token_ids(_batch(inputs), length, LABEL_SEED)
+
+
+def ctc_targets(length: int, vocab: int) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """CTC targets of up to ``length`` symbols in ``[1, vocab)`` (0 is the blank); row
+    ``r`` ends in ``r % 3`` padded positions (:data:`IGNORE`), as a batch of transcripts
+    of different lengths is."""
+
+    def make(inputs: dict[str, Any]) -> torch.Tensor:
+        batch = _batch(inputs)
+        targets = torch.randint(
+            1, vocab, (batch, length), generator=_model.generator(LABEL_SEED)
+        )
+        for row in range(batch):
+            if row % 3:
+                targets[row, length - row % 3 :] = IGNORE
+        return targets
+
+    return make
 
 
 # --- inputs ------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
-"""The :class:`ZooModel` record and the functions every zoo builder shares."""
+"""The :class:`ZooModel` record, its training :class:`Objective`, and the functions every
+zoo builder shares."""
 
 from __future__ import annotations
 
 import dataclasses
 import types
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,6 +18,30 @@ TIERS = ("teaching", "corpus")
 
 FAMILIES = ("vision", "text", "decoder", "encoder-decoder", "audio", "multimodal")
 """The families of the corpus tier, in presentation order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """How a model trains the way its users train it: with its own loss, computed inside
+    its forward from labels (``loss = model(**inputs, labels=y).loss``).
+
+    Attributes:
+        loss: The loss in a few words, e.g. ``"cross-entropy on class labels"``.
+        model_class: The class that computes it, e.g. ``"BertForSequenceClassification"``
+            (a training head where the inference model has none).
+        build: Builds that model, deterministically (same weights on every call), in
+            ``eval()`` mode; called with :attr:`make_inputs`' keywords it returns an output
+            whose ``loss`` is the scalar loss.
+        make_inputs: Returns the keyword inputs of a training step for a batch size, the
+            labels included, deterministically.
+        note: Why the training model is not the inference model's class, where it is not.
+    """
+
+    loss: str
+    model_class: str
+    build: Callable[[], nn.Module]
+    make_inputs: Callable[[int], dict[str, Any]]
+    note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +78,9 @@ class ZooModel:
             models that have no second call.
         grad_atol: Absolute tolerance of parameter gradients against eager, where measured.
         grad_rtol: Relative tolerance of parameter gradients against eager, where measured.
+        objective: How the model trains with its own loss (:class:`Objective`); ``None``
+            for models without one (the teaching tier), which train on a projection of
+            their output.
     """
 
     name: str
@@ -75,6 +104,7 @@ class ZooModel:
     followup_inputs: Callable[[nn.Module, int], tuple] | None = None
     grad_atol: float | None = None
     grad_rtol: float | None = None
+    objective: Objective | None = None
 
     def __post_init__(self) -> None:
         # Copy, so that mutating the dict passed in cannot change a frozen ZooModel.
@@ -138,6 +168,25 @@ class ZooModel:
                 "models do)."
             )
         return self.followup_inputs(model, self._check_batch(batch))
+
+    def training_inputs(self, batch: int | None = None) -> dict[str, Any]:
+        """Returns the keyword inputs of a training step (labels included) for ``batch``.
+
+        Args:
+            batch: Batch size; ``None`` means :attr:`default_batch`.
+
+        Returns:
+            Fresh keyword inputs, ready for ``objective.build()(**inputs).loss``.
+
+        Raises:
+            UnsupportedOptionError: The model has no :attr:`objective`.
+        """
+        if self.objective is None:
+            raise errors.UnsupportedOptionError(
+                f"ZooModel {self.name!r} has no training objective (the corpus models do); "
+                "train it on a projection of its output."
+            )
+        return self.objective.make_inputs(self._check_batch(batch))
 
     def instantiate(self, batch: int | None = None) -> tuple[nn.Module, tuple]:
         """Builds a fresh model together with its example inputs.

@@ -5,18 +5,107 @@ hidden state (:class:`~ortlab.zoo._hf.TextEncoder`); encoder-decoders take the s
 mask and 8 decoder tokens and return the decoder's first output
 (:class:`~ortlab.zoo._hf.Seq2Seq`). Sequences are :data:`~ortlab.zoo._hf.SEQ` tokens, some
 rows padded. DeBERTa-v2 has no SDPA path and spells attention out.
+
+Each trains on its own loss. A text encoder has no training head of its own: it trains as
+its ``...ForSequenceClassification`` (the same encoder, a pooler or classification head on
+top) with cross-entropy on one of :data:`CLASSES` labels per sequence. An encoder-decoder
+trains as its ``...ForConditionalGeneration`` (Marian: ``MarianMTModel``, which it already
+is) on 8 target tokens as ``labels``: the model shifts them right into its decoder inputs
+and takes the cross-entropy of its LM head's logits against them.
 """
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
-from ortlab.zoo import _hf
+from ortlab.zoo import _hf, _model
 
 _SEQ = _hf.SEQ
 
-_text = functools.partial(_hf.model, "text", _hf.TextEncoder)
-_seq2seq = functools.partial(_hf.model, "encoder-decoder", _hf.Seq2Seq)
+CLASSES = 3
+"""Labels of the text encoders' sequence classification."""
+
+_CLASSIFY = f"cross-entropy on sequence labels ({CLASSES} classes)"
+_GENERATE = "cross-entropy on decoder targets (labels, shifted inside)"
+
+
+def _text(
+    name: str,
+    architecture: str,
+    description: str,
+    model_class: str,
+    config: dict[str, Any],
+    seed: int,
+    train_class: str,
+    *,
+    ci: bool = False,
+    train_config: dict[str, Any] | None = None,
+) -> _model.ZooModel:
+    """A text encoder; it trains as ``train_class`` (a sequence classifier) with
+    ``train_config`` over its configuration."""
+    make_inputs = _hf.text(seed)
+    objective = _hf.objective(
+        _CLASSIFY,
+        train_class,
+        config | dict(num_labels=CLASSES) | _hf.SINGLE_LABEL | (train_config or {}),
+        _hf.labeled(make_inputs, ("input_ids", "attention_mask"), _hf.class_labels(CLASSES)),
+        note="the encoder with a sequence-classification head (the encoder has no loss)",
+    )
+    return _hf.model(
+        "text",
+        _hf.TextEncoder,
+        name,
+        architecture,
+        description,
+        model_class,
+        config,
+        make_inputs,
+        ci=ci,
+        objective=objective,
+    )
+
+
+def _seq2seq(
+    name: str,
+    architecture: str,
+    description: str,
+    model_class: str,
+    config: dict[str, Any],
+    seed: int,
+    train_class: str,
+    *,
+    ci: bool = False,
+) -> _model.ZooModel:
+    """An encoder-decoder; it trains as ``train_class`` (with an LM head) on 8 target
+    tokens."""
+    make_inputs = _hf.seq2seq(seed)
+    objective = _hf.objective(
+        _GENERATE,
+        train_class,
+        config,
+        # The source and its mask; the decoder inputs come from the labels, as in training.
+        _hf.labeled(
+            lambda batch: make_inputs(batch)[:2],
+            ("input_ids", "attention_mask"),
+            _hf.target_tokens(_SEQ // 2),
+        ),
+        note=""
+        if train_class == model_class
+        else "the model with its LM head (the bare model has no loss)",
+    )
+    return _hf.model(
+        "encoder-decoder",
+        _hf.Seq2Seq,
+        name,
+        architecture,
+        description,
+        model_class,
+        config,
+        make_inputs,
+        ci=ci,
+        objective=objective,
+    )
+
 
 _BERT_LIKE = (
     dict(vocab_size=_hf.VOCAB, max_position_embeddings=64)
@@ -64,7 +153,8 @@ MODELS = (
         f"BertModel, 2 layers, hidden 32, seq {_SEQ} with padding, SDPA",
         "BertModel",
         _BERT,
-        _hf.text(200),
+        200,
+        "BertForSequenceClassification",
         ci=True,
     ),
     _text(
@@ -73,7 +163,8 @@ MODELS = (
         f"RobertaModel, 2 layers, hidden 32, seq {_SEQ} with padding, SDPA",
         "RobertaModel",
         _ROBERTA,
-        _hf.text(201),
+        201,
+        "RobertaForSequenceClassification",
     ),
     _text(
         "albert",
@@ -81,7 +172,8 @@ MODELS = (
         f"AlbertModel (factorised embeddings, shared layer), seq {_SEQ} with padding, SDPA",
         "AlbertModel",
         _ALBERT,
-        _hf.text(202),
+        202,
+        "AlbertForSequenceClassification",
     ),
     _text(
         "deberta_v2",
@@ -89,7 +181,8 @@ MODELS = (
         f"DebertaV2Model (disentangled relative attention, eager), seq {_SEQ} with padding",
         "DebertaV2Model",
         _DEBERTA_V2,
-        _hf.text(203),
+        203,
+        "DebertaV2ForSequenceClassification",
     ),
     _text(
         "electra",
@@ -97,7 +190,8 @@ MODELS = (
         f"ElectraModel (embedding 16 -> hidden 32), seq {_SEQ} with padding, SDPA",
         "ElectraModel",
         _ELECTRA,
-        _hf.text(204),
+        204,
+        "ElectraForSequenceClassification",
     ),
     _text(
         "distilbert",
@@ -105,7 +199,9 @@ MODELS = (
         f"DistilBertModel, 2 layers, dim 32, seq {_SEQ} with padding, SDPA",
         "DistilBertModel",
         _DISTILBERT,
-        _hf.text(205),
+        205,
+        "DistilBertForSequenceClassification",
+        train_config=dict(seq_classif_dropout=0.0),
     ),
     _seq2seq(
         "t5",
@@ -113,7 +209,8 @@ MODELS = (
         f"T5Model (relative position buckets, RMS norm), 1+1 layers, seq {_SEQ}/8, SDPA",
         "T5Model",
         _T5,
-        _hf.seq2seq(400),
+        400,
+        "T5ForConditionalGeneration",
         ci=True,
     ),
     _seq2seq(
@@ -122,7 +219,8 @@ MODELS = (
         f"BartModel, 1+1 layers, d 32, seq {_SEQ} with padding / 8 decoder tokens, SDPA",
         "BartModel",
         _BART_LIKE,
-        _hf.seq2seq(401),
+        401,
+        "BartForConditionalGeneration",
     ),
     _seq2seq(
         "marian",
@@ -130,7 +228,8 @@ MODELS = (
         f"MarianMTModel (sinusoidal positions, LM head), 1+1 layers, seq {_SEQ}/8, SDPA",
         "MarianMTModel",
         _BART_PAD_ZERO,
-        _hf.seq2seq(402),
+        402,
+        "MarianMTModel",
     ),
     _seq2seq(
         "pegasus",
@@ -138,6 +237,7 @@ MODELS = (
         f"PegasusModel (pre-norm, sinusoidal positions), 1+1 layers, seq {_SEQ}/8, SDPA",
         "PegasusModel",
         _BART_PAD_ZERO,
-        _hf.seq2seq(403),
+        403,
+        "PegasusForConditionalGeneration",
     ),
 )

@@ -4,16 +4,66 @@ Each model is a ``transformers`` image classifier (SegFormer: a segmenter) in
 :class:`~ortlab.zoo._hf.ImageModel`, on RGB images of 32x32 or 64x64 (``"resnet18"``: the
 full ResNet-18 at 224x224, for benchmarks). MobileViT and LeViT have no SDPA path and
 spell attention out.
+
+Each trains on its own loss: cross-entropy on one class label per image (SegFormer: on a
+class per pixel, its logits upsampled to the image inside the model). DeiT trains as
+``DeiTForImageClassification``: the distillation model it runs for inference
+(``...WithTeacher``) takes no labels in ``transformers`` (inference only).
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from typing import Any
 
-from ortlab.zoo import _hf
+import torch
 
-_vision = functools.partial(_hf.model, "vision", _hf.ImageModel)
+from ortlab.zoo import _hf, _model
+
+_CLASSIFY = "cross-entropy on class labels"
+
+
+def _vision(
+    name: str,
+    architecture: str,
+    description: str,
+    model_class: str,
+    config: dict[str, Any],
+    make_inputs: Callable[[int], tuple],
+    *,
+    batch_sizes: tuple[int, ...] = (1, 2, 4),
+    ci: bool = False,
+    train_class: str | None = None,
+    note: str = "",
+    labels: Callable[[dict[str, Any]], torch.Tensor] | None = None,
+    loss: str = _CLASSIFY,
+) -> _model.ZooModel:
+    """A vision model; it trains as ``train_class`` (default: its own class) on ``labels``
+    (default: a class id per image), with cross-entropy."""
+    objective = _hf.objective(
+        loss,
+        train_class or model_class,
+        config | _hf.SINGLE_LABEL,
+        _hf.labeled(
+            make_inputs,
+            ("pixel_values",),
+            labels or _hf.class_labels(config["num_labels"]),
+        ),
+        note=note,
+    )
+    return _hf.model(
+        "vision",
+        _hf.ImageModel,
+        name,
+        architecture,
+        description,
+        model_class,
+        config,
+        make_inputs,
+        batch_sizes=batch_sizes,
+        ci=ci,
+        objective=objective,
+    )
 
 
 def _resnet(
@@ -189,6 +239,8 @@ MODELS = (
         "DeiTForImageClassificationWithTeacher",
         _VIT,
         _hf.images(110, 32),
+        train_class="DeiTForImageClassification",
+        note="the distillation model (...WithTeacher) is inference-only in transformers",
     ),
     _vision(
         "beit",
@@ -221,6 +273,8 @@ MODELS = (
         "SegformerForSemanticSegmentation",
         _SEGFORMER,
         _hf.images(114, 64),
+        labels=_hf.pixel_labels(_SEGFORMER["num_labels"], 64, block=16),
+        loss="cross-entropy on a class per pixel",
     ),
     _vision(
         "poolformer",
