@@ -28,6 +28,9 @@ What a call does (:func:`run_ortcompile`):
   ``diff_compiled``) — nothing is compiled a second time.
 - ``--bench N``: both sides timed by the bench engine (:mod:`ortlab.bench._engine`:
   warm-up, interleaved blocks, median and p10–p90), in the run's mode.
+- ``--profile N``: :func:`ortlab.profile` of the compiled call (N runs, in the run's mode):
+  a Profile tab (time by FX node, module, source line) and, for inference, the options
+  tried on this model with the gain measured (the verdict names the recommended ones).
 - the Inspector is displayed under a one-line verdict and an :class:`OrtCompileResult`
   returned. Bad input (no call expression, an unknown option, a bad option value, an
   undefined name) is a one-line usage error, not a traceback.
@@ -49,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import ortlab.backend
-from ortlab import _deps, _harness, _html, errors
+from ortlab import _deps, _harness, _html, errors, profiling
 from ortlab.bench import _engine
 from ortlab.numerics import _compare, _diff, _runner
 
@@ -73,7 +76,8 @@ USAGE = "%ortcompile [options] model(args)   (%ortcompile -h lists the options)"
 _DESCRIPTION = """\
 Compile a call with ortlab (once, with a fresh backend), run it and eager on the same
 arguments from the same RNG state, and show the Inspector under a one-line verdict.
-Returns an OrtCompileResult (.compiled, .backend, .output, .eager_output, .diff, .bench).
+Returns an OrtCompileResult (.compiled, .backend, .output, .eager_output, .diff, .bench,
+.profile).
 
   %ortcompile [options] model(x)
   %%ortcompile [options]     (cell: set-up statements, then the call on its last line)
@@ -170,6 +174,17 @@ _OPTIONS: tuple[_Option, ...] = (
         },
     ),
     (
+        ("--profile",),
+        {
+            "type": int,
+            "default": 0,
+            "metavar": "N",
+            "help": "profile N runs of the compiled call (ortlab.profile): where the time "
+            "goes by FX node, module and source line (a Profile tab), and options tried on "
+            "this model (freeze_parameters, min_partition_size) with the gain measured",
+        },
+    ),
+    (
         ("--diff",),
         {
             "dest": "diff",
@@ -210,6 +225,7 @@ def _epilog() -> str:
     return (
         f"{listed}\n\nExamples:\n"
         "  %ortcompile --bench 20 model(x)\n"
+        "  %ortcompile --profile 10 model(x)\n"
         "  %ortcompile --train --atol 1e-4 model(x)\n"
         "  %ortcompile --option min_partition_size=2 --option freeze_parameters=True m(x)\n"
         "  %ortcompile --option custom_translations=my_table net(x)\n"
@@ -310,8 +326,8 @@ def parse_arguments(
         options = parser.parse_args(words)
     except Exception as e:  # the plain parser's _UsageError, or IPython's UsageError
         raise _UsageError(f"{e}. Usage: {USAGE}") from None
-    if options.bench < 0:
-        raise _UsageError(f"--bench needs a count >= 0, got {options.bench}. Usage: {USAGE}")
+    if options.bench < 0 or options.profile < 0:
+        raise _UsageError(f"--bench and --profile need a count >= 0. Usage: {USAGE}")
     if options.infer and options.train:
         raise _UsageError("--infer and --train exclude each other: give one")
     if options.static and options.dynamic:
@@ -423,6 +439,9 @@ class OrtCompileResult:
             ``ortlab_p10_ms``, ``ortlab_p90_ms``, ``eager_p10_ms``, ``eager_p90_ms``,
             ``speedup`` (eager / ortlab medians), ``calls``, ``warmup``; else ``None``.
         bench_error: Why the timing is missing, when ``--bench`` was asked.
+        profile: With ``--profile N``, the :class:`~ortlab.profiling.Profile` of the
+            compiled call (inference: with the options tried on the model); else ``None``.
+        profile_error: Why the profile is missing, when ``--profile`` was asked.
         inspector: The :class:`~ortlab.views.Inspector` shown under the verdict.
         atol: Absolute tolerance given with ``--atol``.
         rtol: Relative tolerance given with ``--rtol``.
@@ -449,6 +468,8 @@ class OrtCompileResult:
     eager_gradients: dict[str, torch.Tensor | None] | None = None
     grad_max_abs_diff: float | None = None
     bench_error: str | None = None
+    profile: Any = None
+    profile_error: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -500,6 +521,10 @@ class OrtCompileResult:
             )
         elif self.bench_error:
             parts.append(f"timing failed: {self.bench_error}")
+        if self.profile is not None:
+            parts.append(_profile_line(self.profile))
+        elif self.profile_error:
+            parts.append(f"profile failed: {self.profile_error}")
         if s["failed_partitions"]:
             parts.append(f"{s['failed_partitions']} partition(s) fell back to eager")
         return " · ".join(parts)
@@ -512,6 +537,21 @@ class OrtCompileResult:
             '<div class="ortlab"><b>%ortcompile</b> '
             f"<code>{_html.esc(self.expression)}</code><br>{_html.esc(self.verdict)}</div>"
         )
+
+
+def _profile_line(profile: Any) -> str:
+    """The profile in the verdict: its call, the top module, the recommended options."""
+    modules = [g for g in profile.by_module() if g.key]
+    top = ""
+    if modules and profile.call_seconds > 0:
+        share = modules[0].seconds / profile.call_seconds
+        top = f", top module {modules[0].key} {share:.0%}"
+    line = f"profile {profile.call_seconds * 1e3:.3g} ms ({profile.coverage:.0%} attributed"
+    line += f"{top})"
+    advised = [
+        f"{a.setting} x{a.gain:.2f}" for a in profile.advice if a.recommended and a.gain
+    ]
+    return line + (f"; measured here, try {', '.join(advised)}" if advised else "")
 
 
 def _evaluate_call(call: ast.Call, namespace: dict[str, Any]) -> tuple[Any, list[Any], dict]:
@@ -666,7 +706,17 @@ def run_ortcompile(
             result.bench = _bench(runs, options.bench)
         except errors.OrtlabError as e:
             result.bench_error = str(e)
-    result.inspector = views.Inspector(backend, diff=result.diff, headline=result.verdict)
+    if options.profile:
+        try:
+            with torch.set_grad_enabled(training):
+                result.profile = profiling.profile(
+                    compiled, *args, runs=options.profile, advise=not training
+                )
+        except errors.OrtlabError as e:
+            result.profile_error = str(e)
+    result.inspector = views.Inspector(
+        backend, diff=result.diff, headline=result.verdict, profile=result.profile
+    )
     if display is not None:
         display(result.inspector)
     return result

@@ -38,6 +38,7 @@ def test_importing_ortlab_and_compiling_loads_no_notebook_packages():
         "ortlab.zoo",
         "ortlab.numerics",
         "ortlab.bench",
+        "ortlab.profiling",
         "ortlab.views",
         "ortlab.views.numerics",
         "ortlab.magic",
@@ -63,12 +64,13 @@ def test_all_lists_public_names_only_and_completely(module):
 
 # Lower layers never import higher ones at module level (docs/architecture.md). Within a
 # layer, numerics and bench use each other's leaf modules: bench compares outputs with
-# numerics' comparator, the numerics sweep times with bench's engine.
+# numerics' comparator, the numerics sweep times with bench's engine; profiling times with
+# the engine (and bench's Dynamo entry) and compares outputs with the comparator.
 LAYERS = (
     ("ortlab.errors", "ortlab._deps", "ortlab._html"),
     ("ortlab.backend",),
     ("ortlab._harness",),
-    ("ortlab.numerics", "ortlab.bench", "ortlab.zoo", "ortlab._notebooks"),
+    ("ortlab.numerics", "ortlab.bench", "ortlab.profiling", "ortlab.zoo", "ortlab._notebooks"),
     ("ortlab.views",),
     ("ortlab.magic", "ortlab._demo", "ortlab.cli"),
 )

@@ -8,6 +8,7 @@ the graphs, and without it every view falls back to tables with a note on instal
 from __future__ import annotations
 
 from ortlab._harness import in_notebook
+from ortlab.views._compare import comparison_html
 from ortlab.views._dot import GraphvizError, Rendered, dot_available, render_svg
 from ortlab.views._graphs import (
     DEFAULT_MAX_NODES,
@@ -19,8 +20,10 @@ from ortlab.views._graphs import (
     partition_view,
     provenance,
 )
+from ortlab.views._heat import heat_view
 from ortlab.views._inspector import Inspector, PartitionViewer, inspect
 from ortlab.views._plots import plot_timings
+from ortlab.views._profile import icicle_svg, profile_frame, profile_html
 from ortlab.views._report import report, report_html
 from ortlab.views._tables import (
     eager_sources_frame,
@@ -64,6 +67,12 @@ __all__ = [
     "timings_frame",
     "eager_sources_frame",
     "plot_timings",
+    # Where the time goes (ortlab.profile) and what changed (ortlab.compare)
+    "profile_html",
+    "profile_frame",
+    "icicle_svg",
+    "heat_view",
+    "comparison_html",
     # What happened when
     "timeline_rows",
     "TimelineRow",

@@ -1,0 +1,72 @@
+"""ortlab.compare: two compiles side by side (options, graphs, placement, sessions, frozen
+inputs, numerics, time per part, module and FX node), and its view in the report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ortlab
+from ortlab import views, zoo
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, args = zoo.get("cnn").instantiate()
+    return model.eval(), args
+
+
+def test_compare_default_vs_frozen_shows_the_weights_that_became_initializers(cnn):
+    model, args = cnn
+    with torch.no_grad():
+        cmp = ortlab.compare(model, *args, a={}, b={"freeze_parameters": True}, runs=1)
+    assert cmp.labels == ("defaults", "freeze_parameters=True")
+    assert [(c.key, c.a, c.b) for c in cmp.of("option")] == [
+        ("freeze_parameters", False, True)
+    ]
+    # Every parameter a passes to ONNX Runtime is an initializer in b, named as such.
+    frozen = {c.detail for c in cmp.frozen_in_b}
+    convolutions = {n for n, p in model.named_parameters() if p.dim() == 4}
+    assert convolutions and convolutions <= frozen, (convolutions, frozen)
+    assert all(c.a == "input" for c in cmp.frozen_in_b)
+    # Same numbers, both calls timed, and the difference explained part by part.
+    assert cmp.outputs and all(d.passed for d in cmp.outputs)
+    assert cmp.call is not None and cmp.call.a_seconds > 0 and cmp.call.b_seconds > 0
+    pa, pb = cmp.profiles
+    assert pa is not None and pb is not None
+    assert cmp.nodes and cmp.modules and cmp.parts
+    deltas = sorted((abs(r.delta_seconds) for r in cmp.nodes), reverse=True)
+    assert [abs(r.delta_seconds) for r in cmp.nodes] == deltas
+    # Node rows pair the same FX node of both compiles.
+    convolution = next(r for r in cmp.nodes if "convolution" in r.key)
+    assert convolution.a_seconds > 0 and convolution.b_seconds > 0
+    assert "freeze_parameters=True" in cmp.text()
+
+
+def test_compare_of_two_compiled_callables_lists_what_changed_from_their_records(cnn):
+    model, args = cnn
+    a = ortlab.compile(model)
+    b = ortlab.compile(model, excluded_ops=["aten.relu.default"])
+    with torch.no_grad():
+        a(*args)
+        b(*args)
+    cmp = ortlab.compare(a, b)  # records only: nothing is called
+    assert cmp.outputs == [] and cmp.call is None and cmp.profiles == (None, None)
+    assert "excluded_ops" in {c.key for c in cmp.of("option")}
+    moved = cmp.of("placement")
+    assert moved and all(c.a == "ORT" and c.b == "eager" for c in moved)
+    assert all("relu" in c.key for c in moved)
+    assert any("excluded" in c.detail for c in moved)
+    assert cmp.of("graph")
+
+
+def test_comparison_renders_in_the_report_above_both_compiles(cnn):
+    model, args = cnn
+    with torch.no_grad():
+        cmp = ortlab.compare(model, *args, a={}, b={"freeze_parameters": True}, runs=1)
+    html = views.report_html(cmp)
+    assert 'id="compare"' in html
+    assert "Inputs frozen as initializers" in html
+    assert "Modules, largest change first" in html
+    assert html.count('data-tab="Profile"') == 2
+    assert "<b>defaults</b>" in cmp._repr_html_()
