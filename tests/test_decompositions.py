@@ -1,0 +1,67 @@
+"""ortlab's own decompositions: convolution_backward in convolutions, exact against ATen,
+so a CNN's backward graph runs in ONNX Runtime whole."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ortlab
+from ortlab.backend import _decompositions
+
+CASES = [
+    # (in, out, kernel, stride, padding, dilation, groups, size)
+    (4, 6, 3, 1, 1, 1, 1, 8),
+    (4, 6, 3, 2, 1, 1, 1, 9),  # stride 2 on an odd size: output_padding restores it
+    (4, 8, 3, 2, 0, 2, 2, 11),  # dilation and groups
+    (6, 6, 3, 1, 1, 1, 6, 7),  # depthwise
+    (3, 4, 7, 2, 3, 1, 1, 16),  # a ResNet stem
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_convolution_backward_in_convolutions_matches_aten(case):
+    cin, cout, k, stride, pad, dil, groups, size = case
+    torch.manual_seed(0)
+    x = torch.randn(2, cin, size, size, dtype=torch.float64)
+    w = torch.randn(cout, cin // groups, k, k, dtype=torch.float64)
+    go = torch.randn_like(F.conv2d(x, w, None, stride, pad, dil, groups))
+    args = (go, x, w, [cout], [stride] * 2, [pad] * 2, [dil] * 2, False, [0, 0], groups)
+    expected = torch.ops.aten.convolution_backward.default(*args, [True, True, True])
+    got = _decompositions.convolution_backward(*args, [True, True, True])
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    only_input = _decompositions.convolution_backward(*args, [True, False, False])
+    assert only_input[1] is None and only_input[2] is None
+
+
+def test_a_transposed_convolution_keeps_the_op():
+    w = torch.randn(4, 2, 3, 3)
+    args = (None, None, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, [True] * 3)
+    assert _decompositions.convolution_backward(*args) is NotImplemented
+
+
+def test_a_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1, groups=2),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 5),
+        )
+
+    x, y = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
+    model, reference = make(), make()
+    compiled = ortlab.compile(model)
+    F.cross_entropy(compiled(x), y).backward()
+    F.cross_entropy(reference(x), y).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    backward = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    assert len(backward) == 1 and len(backward[0].partitions) == 1
+    assert not backward[0].eager_node_names
