@@ -9,7 +9,8 @@
 #       ORT node q           S * k_q / (sum k + between)                  -> OrtNodeTime q
 #                            shared among q's FX nodes by ``_mapping.work``-> NodeTime
 #       between kernels      S * between / (sum k + between)              -> Overhead
-#     glue                 P - S                                          -> Overhead
+#     glue                 P - S (the median of the pairs: each partition call is
+#                          followed by a bare run, timed as a pair)       -> Overhead
 #   other graph nodes      getitem of a partition's outputs               -> Overhead
 #   Dynamo entry           timed alone, right after the graphs ran        -> Overhead
 #
@@ -245,7 +246,9 @@ def _partition(
 ) -> None:
     where = {"graph_index": graph.index, "partition": p.partition.name}
     bare = median(p.bare_samples)
-    b.overhead("glue", module_seconds - bare, **where)
+    pairs = list(zip(p.module_samples, p.bare_samples))
+    glue = median([m - s for m, s in pairs]) if pairs else module_seconds - bare
+    b.overhead("glue", glue, **where)
     trace, optimized = p.trace, p.optimized
     if trace is None or optimized is None or not trace.runs:
         b.notes.append(p.note or f"{p.partition.name}: no ONNX Runtime profile")

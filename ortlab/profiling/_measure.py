@@ -10,17 +10,22 @@
 #    so that load changes reach them alike):
 #    - ``call``: the compiled call as the user makes it;
 #    - ``graphs``: every captured graph run again, by an ``fx.Interpreter`` that times
-#      each node's own call (eager nodes; partition modules, i.e. glue and ONNX Runtime),
-#      then Dynamo's entry alone (``bench._floor.dynamo_entry``: the model compiled with
-#      a backend that runs nothing), right after the graphs ran as in a real call (its
-#      guards then find the CPU caches full of the model's data);
-#    - ``sessions``: each partition's session bare (``ortlab.backend.create_session``,
-#      with the partition's model, providers and threads) on the inputs it received.
+#      each node's own call (eager nodes; partition modules, i.e. glue and ONNX Runtime)
+#      and, right after each partition's call, its session bare
+#      (``ortlab.backend.create_session``: the partition's model, providers and threads)
+#      on the inputs it received; then Dynamo's entry alone (``bench._floor.
+#      dynamo_entry``: the model compiled with a backend that runs nothing), right after
+#      the graphs ran as in a real call (its guards then find the CPU caches full of the
+#      model's data).
 #    ``graphs`` mirrors the call (graphs, then an entry) so that what runs around each
 #    node is what runs around it in the call: on a busy machine torch's OpenMP threads
 #    wake slower after other work, and an eager op timed among other steps took 20x
-#    longer than in the call. Samples of each step's first ``warmup`` runs are dropped;
-#    every other run counts (the engine's settling runs too); each part's median is used.
+#    longer than in the call. A partition's call and its bare session run are timed as a
+#    pair, so that the glue (their difference, ``_attribute``) is taken within one moment
+#    of the machine's load: on BERT-base under load, medians taken in separate blocks
+#    differed by +75 ms on one profile and -4 ms on the next. Samples of the first
+#    ``warmup`` runs are dropped; every other run counts (the engine's settling runs
+#    too); each part's median is used.
 # 3. Profiled sessions (after the timing): one more session per partition session, with
 #    ONNX Runtime's profiler on and its optimized graph written out
 #    (``enable_profiling``, ``optimized_model_filepath``; initializers to a side file),
@@ -186,6 +191,7 @@ class _TimedInterpreter(torch.fx.Interpreter):
         self.record = False
         self._run = run
         self._clock = clock
+        self._partitions = {p.partition.name: p for p in run.partitions}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op not in ("call_function", "call_method", "call_module"):
@@ -207,6 +213,13 @@ class _TimedInterpreter(torch.fx.Interpreter):
                 run.order.append(n.name)
                 run.ops[n.name] = n.op
             run.samples.setdefault(n.name, []).append(elapsed)
+        partition = self._partitions.get(str(n.target)) if n.op == "call_module" else None
+        if partition is not None and partition.bare is not None:
+            # Its session bare on the same inputs, right after: a pair with this call.
+            start = self._clock()
+            partition.bare.run(list(partition.fed))
+            if self.record:
+                partition.bare_samples.append(self._clock() - start)
         return out
 
 
@@ -245,13 +258,14 @@ def measure(
                 notes.append(f"{p.partition.name}: no bare session ({e})")
         p.bare = by_session[key]
     entry_samples: list[float] = []
-    counts = {"graphs": 0, "sessions": 0}
+    invocations = 0
 
     def graphs() -> None:
         # The graphs as the call runs them, then Dynamo's entry (a real call's entry
         # follows the previous call's graphs).
-        counts["graphs"] += 1
-        record = counts["graphs"] > warmup
+        nonlocal invocations
+        invocations += 1
+        record = invocations > warmup
         for interpreter, run in zip(interpreters, graph_runs):
             interpreter.record = record
             interpreter.run(*run.inputs)
@@ -261,23 +275,10 @@ def measure(
             if record:
                 entry_samples.append(clock() - start)
 
-    def sessions() -> None:
-        counts["sessions"] += 1
-        record = counts["sessions"] > warmup
-        for p in partition_runs:
-            if p.bare is None:
-                continue
-            start = clock()
-            p.bare.run(list(p.fed))
-            if record:
-                p.bare_samples.append(clock() - start)
-
     timing = _engine.Timing(
         warmup=warmup, iters=runs, min_time=0.0, min_iters=1, max_iters=max(runs, 1)
     )
-    measured = _engine.measure(
-        {"call": call, "graphs": graphs, "sessions": sessions}, timing, clock=clock
-    )
+    measured = _engine.measure({"call": call, "graphs": graphs}, timing, clock=clock)
     for m in measured.values():
         if m.error is not None:
             raise errors.OrtlabError(f"profiling failed: the {m.name} step raised {m.error}")
