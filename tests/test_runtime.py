@@ -560,3 +560,38 @@ def test_a_dlpack_ortvalue_reads_torch_memory():
     assert value.element_type() == TensorProto.BFLOAT16 and value.shape() == [2, 3]
     empty = _ort_private.empty_ortvalue((0, 3), TensorProto.BFLOAT16, x.device)
     assert empty.shape() == [0, 3] and empty.element_type() == TensorProto.BFLOAT16
+
+
+def test_an_output_onnx_runtime_returns_in_an_inputs_buffer_gets_its_own_memory():
+    """A one-node ``t`` on a 1-D tensor is its input: ONNX Runtime returned the runtime's
+    temporary contiguous copy of a strided input, freed right after (garbage values)."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from ortlab.backend import _runtime
+
+    # What the translation of t on a 1-D tensor is: the graph input as its output.
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([], "g", [value], [value])
+    proto = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10
+    )
+    assert _runtime.aliasing_outputs(proto) == ((0, 0),)
+    session = onnxruntime.InferenceSession(proto.SerializeToString())
+    strided = torch.arange(8.0)[::2]
+    runner = _runtime.OrtRunner(
+        session,
+        proto,
+        input_fx_values=(strided,),
+        output_fx_values=(strided.contiguous(),),
+        args=(strided,),
+        frozen={},
+        preallocate_output=False,
+        guaranteed=True,
+    )
+    (out,) = runner.run((strided,))
+    _ = [torch.randn(64) for _ in range(100)]  # reuse freed memory, if any
+    torch.testing.assert_close(out, torch.tensor([0.0, 2.0, 4.0, 6.0]))
+    plain = torch.arange(4.0)
+    (out,) = runner.run((plain,))
+    assert out.data_ptr() != plain.data_ptr()  # the caller's tensor may change later

@@ -278,6 +278,8 @@ class OrtRunner:
             for i, vi in enumerate(proto.graph.output)
             if vi.type.tensor_type.elem_type == onnx.TensorProto.BOOL
         )
+        # (output, input) pairs whose output ONNX Runtime may return in the input's memory.
+        self._aliasing = aliasing_outputs(proto)
         devices = [
             v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
             for v in output_fx_values
@@ -494,6 +496,11 @@ class OrtRunner:
             for i in self.bool_outputs:  # DLPack carries ORT's bool tensors as uint8
                 results[i] = results[i].view(torch.bool)
             self._note_output_size(results)
+        for i, j in self._aliasing:
+            # ORT handed back an input's buffer: ours may be a temporary contiguous copy
+            # (freed below), the caller's may change later. The output gets its own.
+            if results[i].data_ptr() == tensors[j].data_ptr():
+                results[i] = results[i].clone()
         for i, _, inverse in self._memory_orders:
             results[i] = results[i].permute(inverse)
         for i in self.scalar_outputs:
@@ -501,6 +508,32 @@ class OrtRunner:
         # Keep the inputs alive until ORT is done with their memory.
         del tensors
         return results
+
+
+_ALIASING_OPS = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+"""ONNX Runtime's CPU kernels of these ops may return their input's buffer (their kernel
+definitions declare the alias)."""
+
+
+def aliasing_outputs(proto: onnx.ModelProto) -> tuple[tuple[int, int], ...]:
+    """``(output position, input position)`` of the outputs that are a graph input, or
+    reach one through ops that may return their input's memory (:data:`_ALIASING_OPS`):
+    ONNX Runtime may return them in that input's buffer. A one-node model of ``t`` on a
+    1-D tensor is its input, and the runtime's temporary contiguous copy of a strided
+    input was freed under it (the conformance suite found outputs of 6.5e10)."""
+    inputs = {vi.name: i for i, vi in enumerate(proto.graph.input)}
+    producers = {out: node for node in proto.graph.node for out in node.output}
+    pairs = []
+    for position, vi in enumerate(proto.graph.output):
+        name = vi.name
+        while name not in inputs and name in producers:
+            node = producers[name]
+            if node.domain not in ("", "ai.onnx") or node.op_type not in _ALIASING_OPS:
+                break
+            name = node.input[0]
+        if name in inputs:
+            pairs.append((position, inputs[name]))
+    return tuple(pairs)
 
 
 OUTSIZED_BYTES = 64 * 2**20
