@@ -13,9 +13,12 @@ right through ortlab (``ortlab demo --corpus``, ``make corpus``)?
 3. **the decode step** of a decoder language model (:attr:`ZooModel.followup_inputs`):
    the same compiled model called with a key/value cache, which must compile a graph of
    its own; its logits and the cache it updated are compared with eager's;
-4. **training**: the gradient check of :mod:`ortlab.bench._grads` for ortlab, and for
-   ``torch.compile``'s inductor where asked (its first compile costs 25-60 s per model on
-   a small CPU, so by default only for the fast subset);
+4. **training**: the model trains as users train it, with its own loss
+   (:attr:`ZooModel.objective`: labels in, ``.loss`` out of the compiled call), plain
+   SGD for :data:`~ortlab.bench._grads.TRAIN_STEPS` steps; its loss trajectory and every
+   step's gradients are judged against eager and float64 by :mod:`ortlab.bench._grads`,
+   for ortlab, and for ``torch.compile``'s inductor where asked (its first compile costs
+   25-60 s per model on a small CPU, so by default only for the fast subset);
 5. **latency** (optional): ortlab, eager and the bare-ORT floor (the whole model exported,
    :mod:`ortlab.bench._floor`) timed together by the one timer
    (:mod:`ortlab.bench._engine`), for the ratios ortlab/eager and ortlab/floor.
@@ -26,8 +29,9 @@ What counts
   raise). A graph ortlab could not compile runs eagerly with ``GraphRecord.error`` set:
   that graph **fell back**, and is reported, not counted as a crash.
 - A model **fails** when it crashed, an output (inference, the other batch size or the
-  decode step) is beyond its tolerances, the decode step compiled no graph of its own, or
-  ortlab's gradients fail the gradient rule (:mod:`ortlab.bench._grads`).
+  decode step) is beyond its tolerances, the decode step compiled no graph of its own,
+  ortlab's gradients fail the gradient rule, or its loss trajectory the loss rule
+  (:mod:`ortlab.bench._grads`).
 - A model is **one partition** when its first call's graphs are exactly one graph with
   exactly one partition running in ONNX Runtime and no node left in PyTorch
   (:func:`one_partition`); the corpus benchmark's speed targets apply to those.
@@ -63,13 +67,14 @@ STATUS_OK = "ok"
 STATUS_CRASH = "crash"
 STATUS_MISMATCH = "mismatch"
 STATUS_GRADS = "grad FAIL"
+STATUS_LOSS = "loss FAIL"
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 _ADDRESS = re.compile(r"<(?:built-in )?function ([\w.]+)(?: at 0x[0-9a-fA-F]+)?>")
 
 
 INDUCTOR_GRADS = "ci,resnet18,mobilenet_v2"
-"""The models whose training-step gradients ``make corpus`` also checks under inductor,
+"""The models ``make corpus`` also trains under inductor (loss trajectory and gradients),
 by default: the fast subset and two CNNs with batch norm (nine; inductor's training
 compile costs 25-60 s per model on a small CPU)."""
 
@@ -159,13 +164,28 @@ class CoverageRow:
     decode_graphs: int | None = None
     """Graphs the decode step compiled (it must compile one of its own)."""
     grads: dict[str, _grads.GradCheck] = dataclasses.field(default_factory=dict)
-    """The gradient check per backend (``"ortlab"``, ``"inductor"``)."""
+    """The training check per backend (``"ortlab"``, ``"inductor"``): loss trajectory
+    and gradients."""
+    objective: str = ""
+    """The loss the model trained on (:attr:`ortlab.zoo.Objective.loss`)."""
+    train_steps: int = 0
+    """SGD steps asked for."""
+    eager_losses: list[float] = dataclasses.field(default_factory=list)
+    """Eager's loss trajectory."""
+    fp64_losses: list[float] = dataclasses.field(default_factory=list)
+    """Float64's loss trajectory (empty without it)."""
+    horizon: int = 0
+    """Steps within float32's horizon, those the loss rule judges."""
     fp64_note: str = ""
     """Why gradients have no float64 reference, when they have none."""
     train_graphs: int = 0
     train_partitions: int = 0
     train_nodes: int = 0
     train_nodes_in_ort: int = 0
+    train_eager_ops: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Nodes of the training graphs left in PyTorch, ``{reason: {op: count}}``."""
+    train_breaks: list[str] = dataclasses.field(default_factory=list)
+    """The graph breaks that split the training step, ``"where: why"``, once each."""
     train_recompiled: bool = False
     """A later training step compiled graphs the first had not."""
     first_call_s: float = math.nan
@@ -207,9 +227,17 @@ class CoverageRow:
         return self.decode_graphs is None or self.decode_graphs >= 1
 
     @property
+    def train_in_ort_percent(self) -> float:
+        return (
+            100.0 * self.train_nodes_in_ort / self.train_nodes
+            if self.train_nodes
+            else math.nan
+        )
+
+    @property
     def status(self) -> str:
-        """:data:`STATUS_CRASH`, :data:`STATUS_MISMATCH`, :data:`STATUS_GRADS` or
-        :data:`STATUS_OK`."""
+        """:data:`STATUS_CRASH`, :data:`STATUS_MISMATCH`, :data:`STATUS_GRADS`,
+        :data:`STATUS_LOSS` or :data:`STATUS_OK`."""
         if self.crashes:
             return STATUS_CRASH
         if (
@@ -220,8 +248,10 @@ class CoverageRow:
         ):
             return STATUS_MISMATCH
         ortlab_grads = self.grads.get("ortlab")
-        if ortlab_grads is not None and not ortlab_grads.passed:
+        if ortlab_grads is not None and not ortlab_grads.grads_passed:
             return STATUS_GRADS
+        if ortlab_grads is not None and not ortlab_grads.loss_passed:
+            return STATUS_LOSS
         return STATUS_OK
 
     @property
@@ -236,7 +266,7 @@ class CoverageRow:
             if f.name != "grads"
         }
         data["grads"] = {b: c.to_dict() for b, c in self.grads.items()}
-        for name in ("status", "in_ort_percent", "eager_nodes"):
+        for name in ("status", "in_ort_percent", "eager_nodes", "train_in_ort_percent"):
             data[name] = getattr(self, name)
         data["ortlab_over_eager"] = self.ortlab_over_eager
         data["ortlab_over_floor"] = self.ortlab_over_floor
@@ -353,7 +383,7 @@ def cover_model(
     spec: zoo.ZooModel,
     *,
     inductor: bool = False,
-    train_steps: int = 1,
+    train_steps: int = _grads.TRAIN_STEPS,
     timing: _engine.Timing | None = TIMING,
     floor: bool = True,
 ) -> CoverageRow:
@@ -362,8 +392,8 @@ def cover_model(
 
     Args:
         spec: The corpus model.
-        inductor: Also check inductor's gradients (slow: 25-60 s of compile on a CPU).
-        train_steps: Training steps of the gradient check (0: no training).
+        inductor: Also train under inductor (slow: 25-60 s of compile on a CPU).
+        train_steps: SGD steps of the training check (0: no training).
         timing: How to time ortlab, eager and the floor; ``None``: no latency (and no
             floor).
         floor: Build and time the bare-ORT floor (with ``timing``).
@@ -398,7 +428,7 @@ def cover_model(
             row.wall_s["later calls"] = time.perf_counter() - start
         if train_steps and spec.trainable:
             start = time.perf_counter()
-            _train(row, spec, model, inductor=inductor, steps=train_steps)
+            _train(row, spec, inductor=inductor, steps=train_steps)
             row.wall_s["training"] = time.perf_counter() - start
     return row
 
@@ -558,15 +588,19 @@ def _time(
         row.floor_ms = measured["ort"].median_ms
 
 
-def _train(
-    row: CoverageRow, spec: zoo.ZooModel, model: torch.nn.Module, *, inductor: bool, steps: int
-) -> None:
+def _train(row: CoverageRow, spec: zoo.ZooModel, *, inductor: bool, steps: int) -> None:
+    """The training check (its own loss, ``steps`` SGD steps) and the training graphs."""
     backends = ("ortlab", "inductor") if inductor else ("ortlab",)
-    report = _grads.check_gradients(spec, model, backends, steps=steps)
+    report = _grads.check_gradients(spec, backends, steps=steps)
+    row.objective = report.objective
+    row.train_steps = steps
     if report.eager_error is not None:
         row.crashes.append(f"training (eager): {report.eager_error}")
         return
     row.grads = report.checks
+    row.eager_losses = report.eager_losses
+    row.fp64_losses = report.fp64_losses
+    row.horizon = report.horizon
     row.fp64_note = report.fp64_error or ""
     for check in report.checks.values():
         if check.error is not None:
@@ -576,15 +610,22 @@ def _train(
     row.train_partitions = sum(len(g.partitions) for g in graphs)
     row.train_nodes = sum(g.node_count for g in graphs)
     row.train_nodes_in_ort = sum(len(g.ort_node_names) for g in graphs)
+    row.train_eager_ops = eager_ops(graphs)
+    row.train_breaks = list(dict.fromkeys(_break_text(g) for g in graphs if g.graph_break))
     row.train_recompiled = report.recompiled.get("ortlab", False)
     _note_fallbacks(row, graphs)
+
+
+def _break_text(graph: Any) -> str:
+    where = graph.graph_break_source or graph.frame or f"graph {graph.index}"
+    return f"{where}: {_first_line(graph.graph_break)}"
 
 
 def run_coverage(
     names: Sequence[str],
     *,
     inductor: Sequence[str] = (),
-    train_steps: int = 1,
+    train_steps: int = _grads.TRAIN_STEPS,
     timing: _engine.Timing | None = TIMING,
     floor: bool = True,
     progress: Callable[[CoverageRow], None] | None = None,
@@ -593,8 +634,8 @@ def run_coverage(
 
     Args:
         names: Corpus model names (:func:`select`).
-        inductor: The models whose inductor gradients are also checked.
-        train_steps: Training steps of the gradient check.
+        inductor: The models also trained under inductor.
+        train_steps: SGD steps of the training check.
         timing: Latency measurement, or ``None``.
         floor: Time the bare-ORT floor too.
         progress: Called with each row as it is done (the CLI prints a line).
@@ -617,5 +658,6 @@ def run_coverage(
 
 
 def failures(rows: Sequence[CoverageRow]) -> list[CoverageRow]:
-    """The rows that fail (crash, mismatch, no decode graph, ortlab gradients)."""
+    """The rows that fail (crash, mismatch, no decode graph, ortlab's gradients or loss
+    trajectory)."""
     return [r for r in rows if r.failed]

@@ -2,8 +2,10 @@
 
 :func:`coverage_markdown` renders :class:`~ortlab.bench._coverage.CoverageRow` s as the
 coverage table, the one-partition lists, the eager ops per model with their reasons,
-what fell back, the gradients in detail and the failures; :func:`write_coverage` saves
-it with its JSON beside it.
+what fell back, the training check in detail (each model's own loss: the loss
+trajectories of eager, float64, ortlab and inductor, their deviations, the gradients, the
+training graphs) and the failures; :func:`write_coverage` saves it with its JSON beside
+it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ HEADERS = (
     "other batch",
     "decode err",
     "grads (ortlab)",
+    "loss (ortlab)",
     "first call s",
     "ortlab ms",
     "eager ms",
@@ -48,11 +51,24 @@ GRAD_HEADERS = (
     "vs fp64",
     "eager vs fp64",
     "tolerance atol/rtol",
-    "train out err",
+    "loss err, same weights",
     "train graphs/partitions",
     "train % in ORT",
 )
 """Columns of the gradient table."""
+
+LOSS_HEADERS = (
+    "model",
+    "objective",
+    "steps judged",
+    "eager loss first → last",
+    "eager vs fp64",
+    "ortlab",
+    "ortlab, every step",
+    "inductor",
+    "inductor, every step",
+)
+"""Columns of the loss-trajectory table."""
 
 FIRST_CALL_STEPS = (
     "dynamo",
@@ -87,6 +103,29 @@ def grad_cell(check: _grads.GradCheck | None) -> str:
     if verdict != _grads.VERDICT_PASS and math.isfinite(check.vs_fp64):
         text += f" (fp64: {_sci(check.vs_fp64)} vs eager {_sci(check.eager_vs_fp64)})"
     return text
+
+
+def loss_cell(check: _grads.GradCheck | None) -> str:
+    """``"pass 1.2e-07"`` / ``"FAIL 3.1e-01"`` (the largest relative deviation from
+    eager's loss over the judged steps) or ``"crash"``; empty when not trained."""
+    if check is None:
+        return ""
+    if check.error is not None:
+        return "crash"
+    return f"{check.loss_verdict} {_sci(check.loss_deviation)}"
+
+
+def _steps_cell(row: _coverage.CoverageRow) -> str:
+    """``"10/10"``; ``"3/10 (float32 leaves float64 at step 3)"`` past the horizon."""
+    steps = len(row.eager_losses)
+    text = f"{row.horizon}/{steps}"
+    if row.horizon < steps:
+        text += f" (float32 leaves float64 at step {row.horizon})"
+    return text
+
+
+def _trajectory_text(losses: Sequence[float]) -> str:
+    return " ".join(f"{v:.5g}" for v in losses)
 
 
 def other_batch_cell(row: _coverage.CoverageRow) -> str:
@@ -125,6 +164,7 @@ def _cells(row: _coverage.CoverageRow) -> list[str]:
         other_batch_cell(row),
         decode,
         grad_cell(row.grads.get("ortlab")),
+        loss_cell(row.grads.get("ortlab")),
         _format.fmt(row.first_call_s, "{:.2f}"),
         _format.fmt_ms(row.ortlab_ms),
         _format.fmt_ms(row.eager_ms),
@@ -175,11 +215,10 @@ def _grad_rows(rows: Sequence[_coverage.CoverageRow]) -> list[list[str]]:
             in_ort = ""
             if backend == "ortlab":
                 train = f"{row.train_graphs}/{row.train_partitions}"
-                if row.train_nodes:
-                    in_ort = _pct(100.0 * row.train_nodes_in_ort / row.train_nodes)
+                in_ort = _pct(row.train_in_ort_percent)
             worst = _sci(check.vs_eager)
             if check.worst_param:
-                worst += f" ({check.worst_param})"
+                worst += f" ({check.worst_param}, step {check.worst_step})"
             out.append(
                 [
                     row.model,
@@ -194,6 +233,76 @@ def _grad_rows(rows: Sequence[_coverage.CoverageRow]) -> list[list[str]]:
                     in_ort,
                 ]
             )
+    return out
+
+
+def _loss_rows(rows: Sequence[_coverage.CoverageRow]) -> list[list[str]]:
+    out = []
+    for row in rows:
+        if not row.eager_losses:
+            continue
+        cells = []
+        for backend in ("ortlab", "inductor"):
+            check = row.grads.get(backend)
+            every = ""
+            if check is not None and check.error is None:
+                every = _sci(check.loss_deviation_all)
+            cells += [loss_cell(check), every]
+        first, last = row.eager_losses[0], row.eager_losses[-1]
+        deviation = _grads.deviations(row.eager_losses, row.fp64_losses)
+        out.append(
+            [
+                row.model,
+                row.objective,
+                _steps_cell(row),
+                f"{first:.4g} → {last:.4g}",
+                _sci(max(deviation, default=math.nan)),
+                *cells,
+            ]
+        )
+    return out
+
+
+def _trajectory_rows(rows: Sequence[_coverage.CoverageRow]) -> list[list[str]]:
+    out = []
+    for row in rows:
+        runs = {"eager": row.eager_losses, "fp64": row.fp64_losses}
+        runs |= {b: c.losses for b, c in row.grads.items()}
+        out += [[row.model, run, _trajectory_text(v)] for run, v in runs.items() if v]
+    return out
+
+
+def short_reason(reason: str) -> str:
+    """A verdict's reason for a table cell: up to its first ``;`` (the advice after it
+    is the same for every op) and without a parenthesis that ``;`` cut open;
+    ``"no ONNX translation"`` for a missing translation."""
+    first = reason.split("; ", 1)[0]
+    if first.count("(") > first.count(")") and " (" in first:
+        first = first[: first.index(" (")]
+    return "no ONNX translation" if first.startswith("no ONNX translation of ") else first
+
+
+def _train_graph_rows(rows: Sequence[_coverage.CoverageRow]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        if not r.train_graphs:
+            continue
+        ops: dict[str, dict[str, int]] = {}
+        for reason, counts in r.train_eager_ops.items():
+            merged = ops.setdefault(short_reason(reason), {})
+            for op, n in counts.items():
+                merged[op] = merged.get(op, 0) + n
+        out.append(
+            [
+                r.model,
+                str(r.train_graphs),
+                str(r.train_partitions),
+                f"{r.train_nodes_in_ort}/{r.train_nodes}",
+                _pct(r.train_in_ort_percent),
+                eager_ops_text(ops) or "none",
+                "; ".join(r.train_breaks) or "none",
+            ]
+        )
     return out
 
 
@@ -218,8 +327,9 @@ def coverage_markdown(
         "with a larger batch, which Dynamo compiles again with that size symbolic: the "
         "size, its error, the graphs it compiled and that call's seconds. Errors are "
         "the largest absolute difference to eager; `grads` "
-        "is ortlab's worst per-parameter relative gradient error to eager after a "
-        "training step (rule: `ortlab/bench/_grads.py`); latency is a short "
+        "is ortlab's worst per-parameter relative gradient error to eager over the "
+        "training steps, `loss` the largest relative deviation of its loss trajectory "
+        "from eager's (rules: `ortlab/bench/_grads.py`); latency is a short "
         "steady-state median (ortlab, eager and the floor timed together, interleaved), "
         "the floor being the whole model exported with `torch.onnx.export` and run by "
         "one bare session.",
@@ -259,18 +369,69 @@ def coverage_markdown(
         else "None.",
         "",
     ]
+    loss_rows = _loss_rows(rows)
+    if loss_rows:
+        steps = max(len(r.eager_losses) for r in rows)
+        lines += [
+            "## Training: loss trajectories",
+            "",
+            "Each model trains as users train it: its own loss (`objective`; the labels "
+            "go into the compiled call and `.loss` comes out of it), train mode, the same "
+            f"weights and batch for every run, {steps} steps of plain SGD (learning rate "
+            f"{_grads.LEARNING_RATE:g}, no momentum, no clipping), each run with its own "
+            "gradients: eager, float64, ortlab and (where asked) inductor. A run passes "
+            f"when its loss is within {_grads.LOSS_RTOL:g} of eager's, relative, at every "
+            "judged step; the steps judged are float32's horizon: those before eager "
+            f"itself leaves the float64 trajectory by more than {_grads.HORIZON:g}× that "
+            "tolerance (past it, rounding alone decides the trajectory: reported, not "
+            "judged; the gradients are still judged at every step). Deviations are the "
+            "largest relative ones over the judged steps, then over every step.",
+            "",
+            _format.markdown_table(LOSS_HEADERS, loss_rows),
+            "",
+            "### Losses, step by step",
+            "",
+            _format.markdown_table(("model", "run", "loss per step"), _trajectory_rows(rows)),
+            "",
+        ]
     grad_rows = _grad_rows(rows)
     if grad_rows:
         lines += [
-            "## Gradients",
+            "## Training: gradients",
             "",
-            "One training step per model (train mode, loss = `(out * w).sum()` with a "
-            "seeded `w`), errors relative to the reference's largest magnitude, worst "
-            "parameter shown. `pass`: within the tolerance of eager; `passes vs fp64 "
-            "(discontinuity)`: not within it, but as close to a float64 run as eager is "
-            f"(at most {_grads.FP64_FACTOR:g}× eager's error to it).",
+            "At every step, each backend's gradients against eager's and float64's at "
+            "the backend's own weights (twins take them before the step), errors relative "
+            "to the reference's largest magnitude, worst parameter and worst step shown. "
+            "`pass`: within the tolerance of eager; `passes vs fp64 (discontinuity)`: not "
+            "within it, but as close to a float64 run as eager is (at most "
+            f"{_grads.FP64_FACTOR:g}× eager's error to it). `loss err, same weights`: the "
+            "backend's loss against eager's at its weights (absolute).",
             "",
             _format.markdown_table(GRAD_HEADERS, grad_rows),
+            "",
+        ]
+    graph_rows = _train_graph_rows(rows)
+    if graph_rows:
+        lines += [
+            "## Training: graphs",
+            "",
+            "ortlab's training graphs (forward and backward, and any graph a break "
+            "added), their partitions, the nodes in ONNX Runtime, the nodes left in "
+            "PyTorch with their reasons, and the graph breaks that split the step "
+            "(Dynamo's; each adds a forward and a backward graph).",
+            "",
+            _format.markdown_table(
+                (
+                    "model",
+                    "graphs",
+                    "partitions",
+                    "nodes in ORT",
+                    "% in ORT",
+                    "in PyTorch",
+                    "graph breaks",
+                ),
+                graph_rows,
+            ),
             "",
         ]
     lines += [
@@ -335,10 +496,15 @@ def _why(row: _coverage.CoverageRow) -> str:
     if not row.decode_compiled:
         parts.append("the decode step compiled no graph of its own")
     check = row.grads.get("ortlab")
-    if check is not None and not check.passed and check.error is None:
+    if check is not None and not check.grads_passed and check.error is None:
         parts.append(
             f"gradients {_sci(check.vs_eager)} vs eager ({check.worst_param}), "
             f"{_sci(check.vs_fp64)} vs fp64 (eager: {_sci(check.eager_vs_fp64)})"
+        )
+    if check is not None and not check.loss_passed and check.error is None:
+        parts.append(
+            f"loss {_sci(check.loss_deviation)} off eager's over {check.judged_steps} "
+            f"judged steps (tolerance {_grads.LOSS_RTOL:g})"
         )
     return "; ".join(parts)
 
