@@ -86,11 +86,14 @@ def test_profile_of_a_zoo_model_attributes_the_measured_call(custom_op, fake_clo
         )
         assert glue == pytest.approx(PART_SECONDS - ORT_SECONDS, abs=1e-9)
         # ONNX Runtime's nodes (and the time between them) share its measured run.
-        ort = sum(o.seconds for o in profile.ort_nodes if (o.graph_index, o.partition) == where)
+        ort = sum(
+            o.seconds for o in profile.ort_nodes if (o.graph_index, o.partition) == where
+        )
         rest = sum(
             o.seconds
             for o in profile.overheads
-            if o.kind in ("ort_between", "ort_unmapped") and (o.graph_index, o.partition) == where
+            if o.kind in ("ort_between", "ort_unmapped")
+            and (o.graph_index, o.partition) == where
         )
         assert ort + rest == pytest.approx(ORT_SECONDS + TICK, abs=1e-9)
     # The custom op runs in PyTorch: an eager row with its module and source line.
@@ -143,7 +146,9 @@ def test_fused_attention_time_lands_on_the_fx_nodes_it_absorbed():
     for o in fused:
         # It stands for the attention and the nodes around it that it absorbed.
         assert len(o.fx_nodes) > 1
-        assert any("scaled_dot_product" in profile.node(n, o.graph_index).target for n in o.fx_nodes)
+        assert any(
+            "scaled_dot_product" in profile.node(n, o.graph_index).target for n in o.fx_nodes
+        )
         assert sum(o.fx_shares) == pytest.approx(1.0)
         for name, share in zip(o.fx_nodes, o.fx_shares):
             row = profile.node(name, o.graph_index)
@@ -199,7 +204,13 @@ def test_optimized_nodes_are_mapped_back_through_fusions_and_layout_reorders():
 def test_trace_groups_kernels_by_run_and_leaves_out_warm_up_runs():
     def kernel(name, op, ts, dur):
         args = {"op_name": op, "provider": "CPUExecutionProvider"}
-        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": args}
+        return {
+            "cat": "Node",
+            "name": f"{name}_kernel_time",
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
 
     events = [
         {"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},

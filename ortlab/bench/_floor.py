@@ -4,11 +4,11 @@
 the steps that build an inference partition's (:func:`ortlab.backend.build_model_session`:
 ONNX Runtime's fused operators as option ``ort_fusions`` says, checked against PyTorch
 and timed against the unfused model, threads chosen), made and run the way the backend
-makes and runs a partition's (:func:`ortlab.backend.create_session`): providers from the devices of the inputs (so CUDA
-inputs run on the CUDA provider, on their device), ortlab's session options, and the
-zero-copy torch <-> OrtValue hand-off. What ortlab adds on top of ONNX Runtime is then the
-ratio of the two rows: Dynamo, the partitions' glue, eager ops — not a difference of
-providers, of copies or of fused operators.
+makes and runs a partition's (:func:`ortlab.backend.create_session`): providers from
+the devices of the inputs (so CUDA inputs run on the CUDA provider, on their device),
+ortlab's session options, and the zero-copy torch <-> OrtValue hand-off. What ortlab
+adds on top of ONNX Runtime is then the ratio of the two rows: Dynamo, the partitions'
+glue, eager ops — not a difference of providers, of copies or of fused operators.
 
 :func:`dynamo_entry` is the other reference point: the model under ``torch.compile`` as
 :func:`ortlab.compile` compiles it, with a backend that runs nothing. Called right after
