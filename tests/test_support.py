@@ -241,6 +241,7 @@ def test_plainness_is_decided_without_guards():
     assert _torch_private.surely_plain(x)
     assert not _torch_private.surely_plain(x.t())
     assert not _torch_private.surely_plain(x[1:])
+    assert _torch_private.surely_plain(torch.empty(5, 0).t())  # no elements: plain
     assert not env.guards
 
 
