@@ -57,6 +57,18 @@ def fmt(value: Any, spec: str) -> str:
     return spec.format(value) if finite(value) else ("inf" if value == math.inf else "")
 
 
+def sig3(value: float) -> str:
+    """A number with three significant digits, never in exponent form below 1e6
+    (``1234`` -> ``"1230"``, ``0.0312`` -> ``"0.0312"``)."""
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    rounded = round(value, 2 - magnitude)
+    if rounded and math.floor(math.log10(abs(rounded))) > magnitude:  # 99.96 -> 100
+        magnitude += 1
+    return f"{rounded:.{max(0, 2 - magnitude)}f}"
+
+
 def fmt_ms(value: Any) -> str:
     """Milliseconds with three significant digits or so (``""`` when not measured)."""
     if not finite(value):
@@ -70,6 +82,30 @@ def fmt_ms(value: Any) -> str:
 
 def fmt_ratio(value: Any) -> str:
     return f"{value:.2f}" if finite(value) else ""
+
+
+def fmt3(value: Any) -> str:
+    """A measured value with three significant digits (``""`` when not measured): how
+    ``ortlab.bench`` and ``%ortcompile --bench`` print times and ratios."""
+    return sig3(float(value)) if finite(value) else ("inf" if value == math.inf else "")
+
+
+def trust_lines(machine: Mapping[str, Any], frame: pandas.DataFrame | None) -> list[str]:
+    """Why the timings of a result cannot be trusted (see ``_machine.trust_notes``):
+    the load while it ran, and each backend's p10-p90 spread."""
+    from ortlab.bench import _machine
+
+    loads = [machine.get(k) for k in ("load_avg_1m", "load_avg_1m_after")]
+    known = [float(v) for v in loads if v is not None and finite(v)]
+    spreads = {}
+    if frame is not None:
+        for rec in frame.to_dict("records"):
+            if finite(rec.get("p10_ms")) and finite(rec.get("p90_ms")):
+                spreads[str(rec["backend"])] = (float(rec["p10_ms"]), float(rec["p90_ms"]))
+    cores = machine.get("usable_cores") or machine.get("cores")
+    return _machine.trust_notes(
+        load=max(known) if known else None, cores=cores, spreads=spreads
+    )
 
 
 def target_cell(value: float, most: float, text: str, *, strict: bool = False) -> str:
@@ -102,11 +138,11 @@ def display_rows(frame: pandas.DataFrame) -> list[list[str]]:
             [
                 rec["backend"],
                 fmt(rec["first_call_s"], "{:.2f}"),
-                fmt_ms(rec["median_ms"]),
-                fmt_ms(rec["p10_ms"]),
-                fmt_ms(rec["p90_ms"]),
-                fmt_ratio(rec["ratio_to_eager"]),
-                fmt_ratio(rec["ratio_to_ort"]),
+                fmt3(rec["median_ms"]),
+                fmt3(rec["p10_ms"]),
+                fmt3(rec["p90_ms"]),
+                fmt3(rec["ratio_to_eager"]),
+                fmt3(rec["ratio_to_ort"]),
                 fmt(rec["max_abs_diff"], "{:.1e}"),
                 counts,
                 in_ort,

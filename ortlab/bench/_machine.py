@@ -1,16 +1,19 @@
-"""The facts of the machine a benchmark ran on: cores, threads, versions, load."""
+"""The facts of the machine a benchmark ran on: cores, threads, versions, load; and
+whether its timings can be trusted (:func:`trust_notes`)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
 import torch
 
 import ortlab
+from ortlab import _html
 
 
 def machine_facts() -> dict[str, Any]:
@@ -62,3 +65,52 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+SPREAD_LIMIT = 2.0
+"""Timings whose p90 exceeds their p10 by more than this factor are not stable."""
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (``None`` where the OS has none)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return round(os.getloadavg()[0], 2)
+
+
+def trust_notes(
+    *,
+    load: float | None,
+    cores: int | None,
+    spreads: Mapping[str, tuple[float, float]] = {},
+) -> list[str]:
+    """Why timings cannot be trusted, one line per reason (``[]``: nothing against them).
+
+    Args:
+        load: The load average while measuring (the larger of before and after).
+        cores: The cores the process may use.
+        spreads: ``(p10, p90)`` per side or backend, in any one unit.
+    """
+    notes = []
+    if load is not None and cores and load > cores:
+        notes.append(
+            f"the machine was busy: load average {_html.number(load)} on {cores} cores, so "
+            "the threads of both sides were starved (eager's OpenMP threads most) and "
+            "these times and their ratio cannot be trusted: measure again on a quiet "
+            "machine"
+        )
+    for name, (p10, p90) in spreads.items():
+        if p10 > 0 and p90 / p10 > SPREAD_LIMIT:
+            notes.append(
+                f"{name}'s times spread ×{_html.number(p90 / p10)} from p10 to p90 (more "
+                f"than ×{_html.number(SPREAD_LIMIT)}): its median is not stable; time more "
+                "calls, on a quiet machine"
+            )
+    return notes

@@ -115,7 +115,15 @@ class BenchResult:
         parts.append(
             _format.markdown_table(("machine", ""), _format.machine_rows(self.machine))
         )
+        parts.extend(f"\n**Warning:** {html.escape(n, quote=False)}" for n in self.trust_notes)
         return "\n".join(parts) + "\n"
+
+    @property
+    def trust_notes(self) -> list[str]:
+        """Why these timings cannot be trusted: the machine's load while they were taken
+        exceeded its cores, or a backend's p90 exceeds its p10 twice over (``[]``: none
+        of those)."""
+        return _format.trust_lines(self.machine, self.frame)
 
     def __repr__(self) -> str:
         title = f"BenchResult({self.name})" if self.name else "BenchResult"
@@ -123,10 +131,14 @@ class BenchResult:
             f"{k}={self.machine.get(k)}" for k in ("cores", "torch_threads", "torch")
         )
         table = _html.text_table(_format.HEADERS, _format.display_rows(self.frame))
-        return f"{title}: {facts}\n{table}"
+        warnings = "".join(f"\nWarning: {n}" for n in self.trust_notes)
+        return f"{title}: {facts}\n{table}{warnings}"
 
     def _repr_html_(self) -> str:
         facts = ", ".join(f"{k}: {v}" for k, v in _format.machine_rows(self.machine))
         body = _html.table(_format.HEADERS, _format.display_rows(self.frame))
         body += f"<p><small>{_html.esc(facts)}</small></p>"
+        body += "".join(
+            f'<p class="ortlab-note">Warning: {_html.esc(n)}</p>' for n in self.trust_notes
+        )
         return _html.block(f"Benchmark: {self.name}" if self.name else "Benchmark", body)
