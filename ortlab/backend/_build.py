@@ -300,7 +300,6 @@ def build_partition_session(request: Request) -> Built:
             candidate model (the caller splits the partition).
     """
     options = request.options
-    timings: dict[str, float] = {}
     static = options.dynamic_shapes is False
     runner_kwargs: dict[str, Any] = dict(
         input_fx_values=request.input_fx_values,
@@ -321,18 +320,50 @@ def build_partition_session(request: Request) -> Built:
             except Exception:  # ONNX Runtime refuses it: rebuilt, never run
                 logger.debug("compile cache entry %s refused", key, exc_info=True)
                 request.cache.discard(key)
+    timings: dict[str, float] = {}
     exported = _export_step(request, request.fuse, timings)
-    choices: dict[int, _threads.ThreadChoice] = {}
-    graph_notes: dict[int, str] = {}
+    exported_bytes = exported.proto.SerializeToString()
+    # Dumped before ONNX Runtime sees it: a model it refuses is worth a look.
+    dumped = _dump_step(request, exported_bytes)
+    chosen = _choose_step(request, exported, runner_kwargs, timings)
+    model_bytes = exported_bytes
+    if chosen.picked.model is not exported.proto:  # the unfused model runs: dump it too
+        model_bytes = chosen.picked.model.SerializeToString()
+        files, note = _dump_step(request, model_bytes)
+        dumped = (dumped[0] + files, dumped[1] or note)
+    built = _record_step(
+        request, exported, chosen, timings, dumped, model_bytes, runner_kwargs
+    )
+    if key is not None and request.cache is not None:
+        _store_step(request.cache, key, model_bytes, exported, chosen, built.record)
+    logger.debug("created %r", built.record)
+    return built
+
+
+@dataclasses.dataclass
+class _Chosen:
+    """What the ``candidates`` and ``choose`` steps kept: the model and its runner, the
+    runner's threads and why it is or is not a CUDA graph."""
+
+    picked: Picked[_runtime.OrtRunner]
+    choice: _threads.ThreadChoice
+    graph_note: str
+
+
+def _choose_step(
+    request: Request,
+    exported: _export.ExportedModel,
+    runner_kwargs: dict[str, Any],
+    timings: dict[str, float],
+) -> _Chosen:
+    options = request.options
+    choices: dict[int, tuple[_threads.ThreadChoice, str]] = {}
 
     def open_session(model: onnx.ModelProto) -> _runtime.OrtRunner:
         runner, choice, note = _open(request, model, runner_kwargs)
-        choices[id(runner)], graph_notes[id(runner)] = choice, note
+        choices[id(runner)] = (choice, note)
         return runner
 
-    exported_bytes = exported.proto.SerializeToString()
-    # Dumped before ONNX Runtime sees it: a model it refuses is worth a look.
-    dump_files, dump_note = _dump_step(request, exported_bytes)
     candidates = _candidates(request, exported, timings)
     # pre_ort_model_transforms change the model on purpose: nothing to check it against.
     check = exported.fused and not options.pre_ort_model_transforms
@@ -345,63 +376,39 @@ def build_partition_session(request: Request) -> Built:
         # A CUDA graph replays one model: nothing to time against it.
         compare=exported.unfused is not None and not options.cuda_graphs,
     )
-    runner = picked.session
-    choice = choices[id(runner)]
     elapsed = time.perf_counter() - start
-    if picked.given_up_seconds:
-        timings["fuse"] = timings.get("fuse", 0.0) + picked.given_up_seconds
-    if picked.checked_seconds:
-        timings["fuse"] = timings.get("fuse", 0.0) + picked.checked_seconds
-    session_seconds = elapsed - picked.given_up_seconds - picked.checked_seconds
-    session_seconds -= choice.seconds
-    timings["session"] = session_seconds
-    model_bytes = exported_bytes
-    if picked.model is not exported.proto:  # the unfused model runs: dump it too
-        model_bytes = picked.model.SerializeToString()
-        more_files, more_note = _dump_step(request, model_bytes)
-        dump_files, dump_note = dump_files + more_files, dump_note or more_note
-    regrow = None
+    choice, graph_note = choices[id(picked.session)]
+    if picked.given_up_seconds or picked.checked_seconds:
+        fuse = picked.given_up_seconds + picked.checked_seconds
+        timings["fuse"] = timings.get("fuse", 0.0) + fuse
+    timings["session"] = (
+        elapsed - picked.given_up_seconds - picked.checked_seconds - choice.seconds
+    )
     if choice.probed_from is not None:
         timings["threads"] = choice.seconds
-        if choice.threads == 1:
-            several = choice.probed_from
-            regrow = functools.partial(_regrown, request, picked.model, several, runner_kwargs)
-    # The export's own note (no pattern applied...) holds unless the fused model was
-    # given up: the note then says why.
-    fusion_note = _fusions.join_notes(
-        "" if picked.given_up_seconds else exported.fusion_note, picked.note
+    return _Chosen(picked, choice, graph_note)
+
+
+def _store_step(
+    cache: _cache.CompileCache,
+    key: str,
+    model_bytes: bytes,
+    exported: _export.ExportedModel,
+    chosen: _Chosen,
+    record: records.SessionRecord,
+) -> None:
+    decisions = _cache.Decisions(
+        fused=chosen.picked.label == "fused",
+        fusions=dict(chosen.picked.fusions),
+        fusion_note=record.fusion_note,
+        threads=chosen.choice.threads,
+        threads_note=chosen.choice.note or None,
+        threads_probed_from=chosen.choice.probed_from,
+        passes=dict(exported.passes),
+        export_method=exported.method,
+        frozen_inputs=exported.frozen_inputs,
     )
-    session_record = _record_step(
-        request,
-        picked,
-        runner,
-        exported,
-        timings,
-        choice,
-        graph_notes[id(runner)],
-        fusion_note,
-        (dump_files, dump_note),
-        len(model_bytes),
-    )
-    runner.keep_last_inputs = request.keep_last_run
-    runner.record = session_record
-    runner.fused = picked.label == "fused"
-    runner.regrow = regrow
-    if key is not None and request.cache is not None:
-        decisions = _cache.Decisions(
-            fused=runner.fused,
-            fusions=dict(picked.fusions),
-            fusion_note=session_record.fusion_note,
-            threads=choice.threads,
-            threads_note=choice.note or None,
-            threads_probed_from=choice.probed_from,
-            passes=dict(exported.passes),
-            export_method=exported.method,
-            frozen_inputs=exported.frozen_inputs,
-        )
-        request.cache.store(key, model_bytes, decisions)
-    logger.debug("created %r", session_record)
-    return Built(runner, session_record, runner.fused, regrow)
+    cache.store(key, model_bytes, decisions)
 
 
 def _cache_key(request: Request, static: bool) -> str | None:
@@ -608,20 +615,24 @@ def _dump_step(request: Request, model_bytes: bytes) -> tuple[tuple[str, ...], s
 
 def _record_step(
     request: Request,
-    picked: Picked[_runtime.OrtRunner],
-    runner: _runtime.OrtRunner,
     exported: _export.ExportedModel,
+    chosen: _Chosen,
     timings: dict[str, float],
-    choice: _threads.ThreadChoice,
-    graph_note: str,
-    fusion_note: str,
     dumped: tuple[tuple[str, ...], str | None],
-    model_bytes: int,
-) -> records.SessionRecord:
+    model_bytes: bytes,
+    runner_kwargs: dict[str, Any],
+) -> Built:
+    """The ``record`` step: the SessionRecord, and the runner made complete with it."""
     record = request.record
-    model = picked.model
+    picked, choice = chosen.picked, chosen.choice
+    runner, model = picked.session, picked.model
     placeholders = record.input_names
-    return records.SessionRecord(
+    # The export's own note (no pattern applied...) holds unless the fused model was
+    # given up: the note then says why.
+    fusion_note = _fusions.join_notes(
+        "" if picked.given_up_seconds else exported.fusion_note, picked.note
+    )
+    session_record = records.SessionRecord(
         partition_name=record.name,
         index=len(record.sessions) + record.dropped_sessions,
         model=model,
@@ -633,12 +644,12 @@ def _record_step(
         export_method=exported.method,
         export_seconds=sum(timings.get(k, 0.0) for k in records.EXPORT_STEPS),
         session_seconds=timings["session"],
-        model_bytes=model_bytes,
+        model_bytes=len(model_bytes),
         timings=timings,
         dump_files=dumped[0],
         frozen_inputs=tuple(placeholders[i] for i in exported.frozen_inputs),
         cuda_graph=isinstance(runner, _runtime.StaticBindingRunner),
-        cuda_graph_note=graph_note or None,
+        cuda_graph_note=chosen.graph_note or None,
         threads=choice.threads,
         threads_note=choice.note or None,
         fusions=picked.fusions,
@@ -646,3 +657,12 @@ def _record_step(
         onnx_passes=dict(exported.passes),
         dump_note=dumped[1],
     )
+    regrow = None
+    if choice.probed_from is not None and choice.threads == 1:
+        several = choice.probed_from
+        regrow = functools.partial(_regrown, request, model, several, runner_kwargs)
+    runner.keep_last_inputs = request.keep_last_run
+    runner.record = session_record
+    runner.fused = picked.label == "fused"
+    runner.regrow = regrow
+    return Built(runner, session_record, runner.fused, regrow)
