@@ -2,8 +2,10 @@
 #   make test    create .venv, install (pinned torch via constraints.txt), run the suite
 #   make demo    create .venv, install, compile the model zoo, write the report
 #   make corpus  create .venv, install, the corpus coverage, write reports/corpus_coverage.*
-#   make bench   create .venv, install, benchmark the zoo and the default corpus set, write
-#                benchmarks/results.* and benchmarks/corpus.*
+#   make bench   create .venv, install, benchmark the zoo, the default corpus set and the
+#                real sizes (inference, training steps, generate(); with OpenVINO's backend
+#                as a peer, installed as the 'peers' extra), write benchmarks/results.*,
+#                benchmarks/corpus.*, benchmarks/realsize.*, training.* and generation.*
 #   make bench-corpus  the whole corpus benchmark (long: inductor compiles every model)
 #   make conformance   create .venv, install, verify every registered ONNX translation
 #                against PyTorch's OpInfo samples in ONNX Runtime, write the package's
@@ -16,7 +18,7 @@ EXTRAS := cpu,zoo,notebook,test,dev
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo 2>/dev/null)
 
-.PHONY: install test lint demo corpus bench bench-corpus conformance graphviz browser clean
+.PHONY: install test lint demo corpus bench bench-corpus peers conformance graphviz browser clean
 
 install: $(STAMP)
 
@@ -65,9 +67,14 @@ demo: install graphviz
 corpus: install
 	$(BIN)/ortlab demo --corpus --out reports
 
-bench: install
+# The real-size table's peer; where it does not install, its rows say so.
+peers: install
+	-$(BIN)/python -m pip install -q -c constraints.txt -e '.[peers]'
+
+bench: install peers
 	$(BIN)/ortlab bench --out benchmarks
 	$(BIN)/ortlab bench --corpus --out benchmarks
+	$(BIN)/ortlab bench --real-size --out benchmarks
 
 bench-corpus: install
 	$(BIN)/ortlab bench --corpus all --out benchmarks

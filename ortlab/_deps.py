@@ -24,6 +24,7 @@ _HINTS: dict[str, tuple[str, str]] = {
     "nbclient": ("nbclient", "notebook"),
     "nbconvert": ("nbconvert", "notebook"),
     "jupyter_client": ("jupyter_client", "notebook"),
+    "openvino": ("openvino", "peers"),
 }
 
 

@@ -1,5 +1,6 @@
 """Command line: ``ortlab demo`` (``--corpus``: the corpus coverage), ``ortlab bench``
-(``--corpus``: the corpus benchmark), ``ortlab report``, ``ortlab conformance``."""
+(``--corpus``: the corpus benchmark; ``--real-size``: real-size inference, training steps
+and generation), ``ortlab report``, ``ortlab conformance``."""
 
 from __future__ import annotations
 
@@ -88,9 +89,42 @@ def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
+REAL_SIZE_PARTS = ("inference", "training", "generation")
+"""What ``ortlab bench --real-size`` runs, each written to its own file."""
+
+
+def _real_size(args: argparse.Namespace) -> int:
+    from ortlab.bench import _generation, _realsize, _training
+
+    parts = _names(args.real_size) or list(REAL_SIZE_PARTS)
+    unknown = [p for p in parts if p not in REAL_SIZE_PARTS]
+    if unknown:
+        print(f"bench --real-size: unknown part(s) {unknown}; choose from {REAL_SIZE_PARTS}")
+        return 2
+    backends = _names(args.backends)
+    by_model = {"inference": _realsize.run_realsize, "training": _training.run_training}
+    for part in parts:
+        if part in by_model:
+            markdown = by_model[part](
+                args.out,
+                fast=args.fast,
+                models=_names(args.models),
+                backends=backends,
+                threads=args.threads,
+            )
+        else:
+            markdown = _generation.run_generation(
+                args.out, fast=args.fast, backends=backends, threads=args.threads
+            )
+        print(markdown)
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ortlab.bench import _corpus, _zoo
 
+    if args.real_size is not None:
+        return _real_size(args)
     if args.corpus is not None:
         markdown = _corpus.run_corpus(
             args.out,
@@ -224,6 +258,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "corpus.md/json/png): without SELECTION the default set; or 'all', 'ci', a "
         "family, or comma-separated names",
     )
+    bench.add_argument(
+        "--real-size",
+        nargs="?",
+        const=",".join(REAL_SIZE_PARTS),
+        metavar="PARTS",
+        help="benchmark public checkpoints' sizes instead of the zoo: inference "
+        "(realsize.md/json), training steps (training.md/json) and generate() "
+        "(generation.md/json); without PARTS all three, or comma-separated parts",
+    )
     bench.set_defaults(func=_bench)
 
     report = sub.add_parser("report", help="write the zoo's HTML report")
@@ -273,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "bench" and args.corpus is not None and (args.models or args.training):
         parser.error("bench --corpus takes no --models or --training (they are the zoo's)")
+    if (
+        args.command == "bench"
+        and args.real_size is not None
+        and (args.corpus is not None or args.training)
+    ):
+        parser.error("bench --real-size takes no --corpus or --training")
     if args.command == "demo" and args.corpus and (args.report or args.notebook):
         parser.error("demo --corpus writes its own files (--out); --report is the zoo's")
     return int(args.func(args))

@@ -7,6 +7,9 @@
 - ``"ort+dynamo"``: the floor, then Dynamo's entry on the model with a backend that runs
   nothing (:class:`ortlab.bench._floor.FloorBehindDynamo`): the least a ``torch.compile``
   backend running the floor's session could cost;
+- ``"openvino"``: a peer, OpenVINO's ``torch.compile`` backend (``pip install
+  'ortlab[peers]'``) on the CPU in float32 with the run's threads (its default precision
+  is bfloat16 on CPUs that have it, and its default threads all cores);
 - any other name: ``torch.compile(backend=name)`` (``"inductor"``, ``"aot_eager"``...).
 
 Every backend gets its own deep copy of a module and, when compiled, a wrapper function
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import ortlab.backend
-from ortlab import _harness, errors
+from ortlab import _deps, _harness, errors
 from ortlab.bench import _floor
 
 if TYPE_CHECKING:
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKENDS = ("eager", "inductor", "ortlab", "ort")
 """What :func:`ortlab.bench` compares unless told otherwise."""
+
+OPENVINO = "openvino"
+"""The peer backend's name: OpenVINO's ``torch.compile`` backend, where installed."""
 
 
 def check_backends(backends: Any) -> tuple[str, ...]:
@@ -119,7 +125,25 @@ def make_call(
         entry = _floor.dynamo_entry(target, dynamic=dynamic)
         return _floor.FloorBehindDynamo(floor, entry), None
     entry = _harness.fresh_entry(target, name=name)
+    if backend == OPENVINO:
+        return openvino_compile(entry, dynamic=dynamic), None
     return torch.compile(entry, backend=backend, dynamic=dynamic), None
+
+
+def openvino_compile(fn: Callable[..., Any], *, dynamic: bool | None) -> Callable[..., Any]:
+    """``fn`` under OpenVINO's ``torch.compile`` backend, float32 on the CPU, with torch's
+    intra-op threads.
+
+    Raises:
+        MissingDependencyError: OpenVINO is not installed (the ``peers`` extra).
+    """
+    _deps.require("openvino.torch")  # registers the "openvino" Dynamo backend
+    config = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_NUM_THREADS": str(torch.get_num_threads()),
+    }
+    options: dict[str, Any] = {"device": "CPU", "config": config}
+    return torch.compile(fn, backend=OPENVINO, dynamic=dynamic, options=options)
 
 
 def make_step(

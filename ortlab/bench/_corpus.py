@@ -74,7 +74,7 @@ _FAST_TIMING = dict(warmup=1, min_time=0.05, min_iters=3, max_iters=20)
 _FULL_TIMING = dict(warmup=3, min_time=1.0, min_iters=10, max_iters=2000)
 
 
-def _medians(result: _result.BenchResult) -> dict[str, float]:
+def medians(result: _result.BenchResult) -> dict[str, float]:
     """Median per backend that ran without error."""
     frame = result.frame
     return {
@@ -112,22 +112,22 @@ def target_rows(
     the target does not apply."""
     rows = []
     for r in results:
-        medians = _medians(r)
+        by_backend = medians(r)
         single = one_partition.get(r.name)
         cells = [r.name, {True: "yes", False: "no", None: "?"}[single]]
-        dynamo = medians.get(BEHIND_DYNAMO, math.nan) / medians.get("ort", math.nan)
+        dynamo = by_backend.get(BEHIND_DYNAMO, math.nan) / by_backend.get("ort", math.nan)
         for backend, ref, most in ONE_PARTITION_TARGETS:
             if single:
-                ratio = medians.get(backend, math.nan) / medians.get(ref, math.nan)
+                ratio = by_backend.get(backend, math.nan) / by_backend.get(ref, math.nan)
                 alone = dynamo if ref == "ort" else math.nan
                 cells.append(_cell(ratio, most, dynamo=alone))
             else:
                 cells.append("not one partition")
-        ort, inductor = medians.get("ort", math.nan), medians.get("inductor", math.nan)
+        ort, inductor = by_backend.get("ort", math.nan), by_backend.get("inductor", math.nan)
         if not (_format.finite(ort) and _format.finite(inductor)):
             cells.append("n/a")
         elif ort < inductor:
-            ratio = medians.get("ortlab", math.nan) / inductor
+            ratio = by_backend.get("ortlab", math.nan) / inductor
             cells.append(_cell(ratio, 1.0, strict=True))
         else:
             cells.append(f"floor behind inductor ({_format.fmt_ratio(ort / inductor)})")
@@ -157,7 +157,9 @@ def target_summary(rows: Sequence[Sequence[str]]) -> list[tuple[str, int, int]]:
     return out
 
 
-def _spread(result: _result.BenchResult, backend: str) -> str:
+def spread(result: _result.BenchResult, backend: str) -> str:
+    """``"12.3 (11.9–13.0)"``: a backend's median and p10–p90 in ms (``"error"`` where
+    it failed, ``""`` where it is not in the result)."""
     frame = result.frame[result.frame["backend"] == backend]
     if frame.empty:
         return ""
@@ -169,7 +171,8 @@ def _spread(result: _result.BenchResult, backend: str) -> str:
     return f"{median} ({low}–{high})" if median else ""
 
 
-def _first_call(result: _result.BenchResult, backend: str) -> float:
+def first_call(result: _result.BenchResult, backend: str) -> float:
+    """A backend's first call in seconds (NaN where it is not in the result)."""
     frame = result.frame[result.frame["backend"] == backend]
     return float(frame["first_call_s"].iloc[0]) if not frame.empty else math.nan
 
@@ -186,13 +189,13 @@ def first_call_rows(results: Sequence[_result.BenchResult]) -> list[list[str]]:
         rows.append(
             [
                 r.name,
-                _format.fmt(_first_call(r, "ortlab"), "{:.2f}"),
+                _format.fmt(first_call(r, "ortlab"), "{:.2f}"),
                 *(f"{v:.2f}" for v in shown),
                 f"{other:.2f}",
-                _format.fmt(_first_call(r, "ort"), "{:.2f}"),
+                _format.fmt(first_call(r, "ort"), "{:.2f}"),
                 _format.fmt(ort.get("export", math.nan), "{:.2f}"),
                 _format.fmt(ort.get("session", math.nan), "{:.2f}"),
-                _format.fmt(_first_call(r, "inductor"), "{:.2f}"),
+                _format.fmt(first_call(r, "inductor"), "{:.2f}"),
             ]
         )
     return rows
@@ -235,16 +238,18 @@ def corpus_markdown(
     ]
     rows = []
     for r in results:
-        medians = _medians(r)
+        by_backend = medians(r)
         single = one_partition.get(r.name)
         rows.append(
             [
                 r.name,
                 zoo.get(r.name).family,
                 {True: "yes", False: "no", None: "?"}[single],
-                *(_spread(r, b) for b in backends),
+                *(spread(r, b) for b in backends),
                 *(
-                    _format.fmt_ratio(medians.get(b, math.nan) / medians.get(ref, math.nan))
+                    _format.fmt_ratio(
+                        by_backend.get(b, math.nan) / by_backend.get(ref, math.nan)
+                    )
                     for b, ref in ratio_cols
                 ),
             ]
