@@ -4,6 +4,7 @@ whose graphs hold the ATen ops the zoo and the corpus use (a drift guard)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -62,21 +63,36 @@ def _run(ops, **settings):
     )
 
 
+def _lookup(table: _conformance.Table, target: str, dtype: str, form: str):
+    """The finding of ``(target, dtype, form)`` whatever the node's variant (keys carry
+    the modes and numbers an op takes): a failing one when any variant fails."""
+    found = [
+        finding
+        for key, finding in table.rows.get(target, {}).items()
+        if key == f"{dtype}/{form}" or key.startswith(f"{dtype}/{form}/")
+    ]
+    failing = [f for f in found if f.status == "fails"]
+    return (failing or found or [_conformance.NOT_VERIFIED])[0]
+
+
 def _known_bad_missed(table: _conformance.Table) -> list[str]:
     """What the table says wrongly about translations known to be bad ([] when right)."""
     missed = []
-    nll = table.lookup("aten.nll_loss_forward.default", "float32", "contiguous")
+    nll = _lookup(table, "aten.nll_loss_forward.default", "float32", "contiguous")
     if nll.outputs != (1,) or "total_weight" not in nll.reason:
         missed.append(f"nll_loss_forward: {nll}")  # output 0 right, total_weight not
-    strided = table.lookup("aten.as_strided.default", "float32", "strided")
-    contiguous = table.lookup("aten.as_strided.default", "float32", "contiguous")
+    strided = _lookup(table, "aten.as_strided.default", "float32", "strided")
+    contiguous = _lookup(table, "aten.as_strided.default", "float32", "contiguous")
     if strided.status != "fails" or contiguous.status != "verified":
         missed.append(f"as_strided: strided {strided}, contiguous {contiguous}")
-    bag = table.lookup("aten._embedding_bag.default", "float32", "contiguous")
+    bag = _lookup(table, "aten._embedding_bag.default", "float32", "contiguous")
     if not {1, 2, 3} & set(bag.outputs):  # offset2bag, bag_size, max_indices
         missed.append(f"_embedding_bag: {bag}")
-    flash = table.lookup(
-        "aten._scaled_dot_product_flash_attention_for_cpu.default", "float32", "contiguous"
+    flash = _lookup(
+        table,
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "float32",
+        "contiguous",
     )
     if 1 not in flash.outputs or 0 in flash.outputs or "logsumexp" not in flash.reason:
         missed.append(f"flash attention: {flash}")  # the attention right, logsumexp not
@@ -90,7 +106,7 @@ def known_bad() -> _conformance.Table:
 
 def test_known_bad_translations_are_caught(known_bad):
     assert _known_bad_missed(known_bad) == []
-    nll = known_bad.lookup("aten.nll_loss_forward.default", "float32", "contiguous")
+    nll = _lookup(known_bad, "aten.nll_loss_forward.default", "float32", "contiguous")
     assert nll.fails_for((1,)) and not nll.fails_for((0,))
     assert nll.witness is not None and nll.witness.decompositions == "exporter"
 
@@ -202,8 +218,8 @@ def test_findings_round_trip_through_json_with_their_witness():
     assert again.meta == {"a": 1}
 
 
-def _call(target, *args):
-    return _conformance_node.NodeCall(target, args, {}, target(*args))
+def _call(target, *args, **kwargs):
+    return _conformance_node.NodeCall(target, args, kwargs, target(*args, **kwargs))
 
 
 def _key(call):
@@ -219,6 +235,39 @@ def test_one_node_graphs_are_keyed_by_their_inputs_strides_and_data_dtype():
     assert _key(where) == ("int64", "contiguous")  # the data's dtype, not the mask's
     both = _call(torch.ops.aten.logical_and.default, x > 0, x < 1)
     assert _key(both) == ("bool", "contiguous")
+
+
+def test_keys_carry_the_modes_and_number_classes_that_select_what_a_translation_does():
+    """A translation wrong for one mode (scatter_reduce's 'mean') or one class of numbers
+    (a fractional upsampling scale) must not reject the op's other uses."""
+    x, index = torch.randn(4, 3), torch.tensor([[0, 1, 0], [1, 0, 1], [0, 0, 1], [1, 1, 0]])
+    scatter = torch.ops.aten.scatter_reduce.two
+    mean = _key(_call(scatter, x, 0, index, x, "mean"))
+    amax = _key(_call(scatter, x, 0, index, x, "amax", include_self=False))
+    assert mean == ("float32", "contiguous/reduce='mean',include_self=True")
+    assert amax == ("float32", "contiguous/reduce='amax',include_self=False")
+    # Numbers by class: 0, 1, -1, nan, inf, an integer, a fraction; defaults filled in.
+    add = torch.ops.aten.add.Tensor
+    assert _key(_call(add, x, x)) == ("float32", "contiguous/alpha=1")
+    assert _key(_call(add, x, x, alpha=2.5)) == ("float32", "contiguous/alpha=frac")
+    assert _key(_call(add, x, x, alpha=7)) == ("float32", "contiguous/alpha=int")
+    assert _key(_call(torch.ops.aten.sin.default, x)) == ("float32", "contiguous")
+    assert _conformance.describe_key(amax) == (
+        "float32, contiguous inputs with reduce='amax',include_self=False"
+    )
+    assert _conformance.describe_key(("bool", "strided")) == "bool, strided inputs"
+
+
+def test_a_table_of_another_format_is_not_read(tmp_path, monkeypatch, caplog):
+    old = tmp_path / "conformance.json"
+    old.write_text(json.dumps({"format": _conformance.FORMAT - 1, "meta": {}, "rows": {}}))
+    monkeypatch.setattr(_conformance, "TABLE_FILE", str(old))
+    _conformance.table.cache_clear()
+    try:
+        assert _conformance.table() is _conformance.EMPTY
+        assert "make conformance" in caplog.text
+    finally:
+        _conformance.table.cache_clear()
 
 
 def test_cache_key_ignores_values_but_not_constants():

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
@@ -38,11 +39,14 @@ import torch.fx
 
 from ortlab.backend import _torch_private
 
+logger = logging.getLogger(__name__)
+
 TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance.json")
 """Where the table lives (package data)."""
 
-FORMAT = 1
-"""The table's format version; a table of another version is not read."""
+FORMAT = 2
+"""The table's format version; a table of another version is not read (2: forms carry
+the node's variant)."""
 
 DTYPES: dict[torch.dtype, str] = {
     torch.float32: "float32",
@@ -159,9 +163,11 @@ def _is_plain(value: torch.Tensor) -> bool:
     return _torch_private.surely_plain(value)
 
 
-def node_key(node: torch.fx.Node) -> tuple[str, Form] | None:
+def node_key(node: torch.fx.Node) -> tuple[str, str] | None:
     """``(dtype key, form)`` of a node, or ``None`` when its dtype is not one that
-    conformance samples (see :data:`DTYPES`)."""
+    conformance samples (see :data:`DTYPES`). The form is ``"contiguous"`` or
+    ``"strided"``, then, when the op takes modes or numbers, ``/`` and its
+    :func:`variant` (``"contiguous/reduce='mean',include_self=True"``)."""
     inputs = list(_tensor_inputs(node))
     value = node.meta.get("val")
     if inputs:
@@ -175,8 +181,81 @@ def node_key(node: torch.fx.Node) -> tuple[str, Form] | None:
     name = DTYPES.get(dtype)
     if name is None:
         return None
-    form: Form = "contiguous" if all(_is_plain(t) for t in inputs) else "strided"
-    return name, form
+    form = "contiguous" if all(_is_plain(t) for t in inputs) else "strided"
+    kind = variant(node)
+    return name, f"{form}/{kind}" if kind else form
+
+
+def describe_key(key: tuple[str, str] | None) -> str:
+    """A node key as a verdict says it: ``"float32, contiguous inputs"``, with the variant
+    after it (``"float32, strided inputs with reduce='mean',include_self=True"``);
+    ``"this dtype"`` for ``None``."""
+    if key is None:
+        return "this dtype"
+    dtype, form = key
+    layout, _, kind = form.partition("/")
+    return f"{dtype}, {layout} inputs" + (f" with {kind}" if kind else "")
+
+
+_VARIANT_TYPES = frozenset({"bool", "str", "float", "number"})
+"""Schema argument types (``Scalar`` reads ``number``; ``Optional[...]`` unwrapped) that
+select what a translation does (a reduction's mode, an approximation, a rounding mode, a
+scale, ``beta``...): with ``dtype`` arguments, part of a node's key."""
+_NOT_VARIANT = frozenset({"pin_memory", "non_blocking"})
+
+
+def _variant_argument(arg: Any) -> bool:
+    kind = str(arg.type)
+    if kind.startswith("Optional[") and kind.endswith("]"):
+        kind = kind[len("Optional[") : -1]
+    if arg.name in _NOT_VARIANT:
+        return False
+    return kind in _VARIANT_TYPES or arg.name == "dtype"
+
+
+def _value_class(value: Any) -> str:
+    """A mode as it is; a number by its class: a translation that is wrong for one value
+    (``beta=0``, a scale of 1.7) is usually wrong for its class, and keying by every
+    constant would leave most real nodes unsampled."""
+    if value is None or isinstance(value, (bool, str)):
+        return repr(value)
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if number != number:
+            return "nan"
+        if number in (float("inf"), float("-inf")):
+            return "inf" if number > 0 else "-inf"
+        if number in (0.0, 1.0, -1.0):
+            return repr(int(number))
+        return "int" if number.is_integer() else "frac"
+    return type(value).__name__
+
+
+def variant(node: torch.fx.Node) -> str:
+    """The arguments of a node that select what its translation does (modes and
+    numbers, see :data:`_VARIANT_TYPES`), defaults filled: ``"approximate='tanh'"``;
+    ``""`` for an op that has none."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return ""
+    parts = []
+    for position, arg in enumerate(schema.arguments):
+        if not _variant_argument(arg):
+            continue
+        if arg.name in node.kwargs:
+            value = node.kwargs[arg.name]
+        elif position < len(node.args) and not arg.kwarg_only:
+            value = node.args[position]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            continue
+        if isinstance(value, torch.fx.Node):  # a SymFloat / SymBool from elsewhere
+            value = "symbolic"
+        parts.append(f"{arg.name}={_value_class(value)}")
+    return ",".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,8 +267,9 @@ class Table:
     meta: Mapping[str, Any]
     """How the table was made: versions, provider, date, counts."""
 
-    def lookup(self, target: str, dtype: str, form: Form) -> Finding:
-        """The finding for one key; :data:`NOT_VERIFIED` when it was never sampled."""
+    def lookup(self, target: str, dtype: str, form: str) -> Finding:
+        """The finding for one key (``form`` with its variant, see :func:`node_key`);
+        :data:`NOT_VERIFIED` when it was never sampled."""
         return self.rows.get(target, {}).get(f"{dtype}/{form}", NOT_VERIFIED)
 
     def ops(self) -> tuple[str, ...]:
@@ -229,7 +309,14 @@ def table() -> Table:
     if not os.path.exists(TABLE_FILE):
         return EMPTY
     with open(TABLE_FILE, encoding="utf-8") as f:
-        return Table.from_json(f.read())
+        text = f.read()
+    try:
+        return Table.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:  # a table of another format: unread
+        logger.warning(
+            "ortlab: the conformance table is not read (%s); run make conformance", e
+        )
+        return EMPTY
 
 
 def lookup_node(node: torch.fx.Node, target: str, source: Table | None = None) -> Finding:

@@ -394,7 +394,7 @@ def _disagrees_with_pytorch(node: torch.fx.Node, facts: Facts) -> Decision | Non
     if not finding.fails_for(used_outputs(node)) or _loud_only(finding):
         return None
     key = _conformance.node_key(node)
-    where = f" for {key[0]}, {key[1]} inputs" if key else ""
+    where = f" for {_conformance.describe_key(key)}" if key else ""
     return Decision(
         False,
         f"the ONNX translation disagrees with PyTorch{where} ({finding.reason}; found by "
@@ -408,19 +408,18 @@ def _verified(node: torch.fx.Node, facts: Facts) -> Decision | None:
     finding = _conformance_finding(node, facts)
     if finding.status != "verified":
         return None
-    dtype, form = _conformance.node_key(node) or ("", "")
+    what = _conformance.describe_key(_conformance.node_key(node))
     return Decision(
         True,
         f"translated by the exporter's registry and verified against PyTorch "
-        f"({dtype}, {form}; {finding.samples} sample(s))",
+        f"({what}; {finding.samples} sample(s))",
     )
 
 
 def _translated(node: torch.fx.Node, facts: Facts) -> Decision | None:
     """A registered translation that conformance never sampled for this dtype and form:
     it runs in ONNX Runtime, and the verdict says it is not verified."""
-    key = _conformance.node_key(node)
-    what = f"{key[0]}, {key[1]} inputs" if key else "this dtype"
+    what = _conformance.describe_key(_conformance.node_key(node))
     finding = _conformance_finding(node, facts)
     if finding.status == "fails":  # errors only, on some samples (see _loud_only)
         return Decision(
