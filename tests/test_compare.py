@@ -41,6 +41,11 @@ def test_compare_default_vs_frozen_shows_the_weights_that_became_initializers(cn
     convolution = next(r for r in cmp.nodes if "convolution" in r.key)
     assert convolution.a_seconds > 0 and convolution.b_seconds > 0
     assert "freeze_parameters=True" in cmp.text()
+    # Two profiles compare on their own (records and time, no call).
+    again = ortlab.compare(pa, pb, labels=("default", "frozen"))
+    assert again.call is not None and again.outputs == []
+    assert [r.key for r in again.nodes] == [r.key for r in cmp.nodes]
+    assert {c.detail for c in again.frozen_in_b} == frozen
 
 
 def test_compare_of_two_compiled_callables_lists_what_changed_from_their_records(cnn):

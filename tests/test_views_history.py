@@ -92,10 +92,14 @@ def test_summary_and_report_show_the_source_line_of_each_eager_node(noisy, tmp_p
     where = f"{THIS_FILE}:{_line_of('# NOISE_LINE')}"
     summary = html.unescape(_fragments.summary_html(noisy))
     assert "Where in your code" in summary
-    tables = re.findall(r"<h4>Eager nodes of graph 1.*?</table>", summary, re.DOTALL)
-    assert tables and where in tables[0] and "rand_like" in tables[0]
+    # The verdicts grouped by rule and reason: the eager group is open and names the line.
+    groups = re.findall(
+        r'<details class="ortlab-group ortlab-group-eager" open>.*?</details>', summary, re.S
+    )
+    assert groups and where in groups[0] and "rand_like" in groups[0]
+    assert "PyTorch · rule " in groups[0]
     report = html.unescape(open(ortlab.report(noisy, tmp_path / "r.html")).read())
-    assert report.count(where) >= 3  # by source line, eager nodes, partition verdicts
+    assert report.count(where) >= 3  # by source line, verdict groups, eager nodes
     text = ortlab.views.Inspector(noisy).text()
     assert "by source line" in text and where in text
 
@@ -125,7 +129,9 @@ def test_timeline_shows_the_graph_break_and_the_recompile_and_collapses_reuse(no
     assert first.lines[0].startswith("graph 0 compiled: first compile of forward")
     brk = first.lines[0].split("; ends at a graph break at ")[1]
     assert f"{THIS_FILE}:{_line_of('# BREAK_LINE')}: print(" in brk
-    assert "session 0 created for float32" in first.lines[1]
+    # the session's inputs named by what they bind, weights summarised
+    assert "session 0 created for x: float32[" in first.lines[1]
+    assert "+ 2 weights (" in first.lines[1]
     assert second.lines[0].startswith("graph 1 compiled: first compile")
     assert reused.lines == ["graphs 0, 1 reused, nothing compiled"]
     assert recompile.lines[0].startswith("graph 2 compiled: recompile of forward")

@@ -18,6 +18,7 @@ Views are in :mod:`ortlab.views._profile` and :mod:`ortlab.views._compare`.
 from __future__ import annotations
 
 from ortlab.profiling._comparison import Change, Comparison, TimeChange, compare
+from ortlab.profiling._mapping import model_to_fx, optimized_to_model
 from ortlab.profiling._profile import profile
 from ortlab.profiling._records import (
     Advice,
@@ -44,4 +45,7 @@ __all__ = [
     "Comparison",
     "Change",
     "TimeChange",
+    # ONNX Runtime's nodes -> the model's nodes -> FX nodes (the lab's provenance too)
+    "optimized_to_model",
+    "model_to_fx",
 ]

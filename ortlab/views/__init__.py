@@ -8,6 +8,7 @@ the graphs, and without it every view falls back to tables with a note on instal
 from __future__ import annotations
 
 from ortlab._harness import in_notebook
+from ortlab.views._cache import clear as clear_drawings
 from ortlab.views._compare import comparison_html
 from ortlab.views._dot import GraphvizError, Rendered, dot_available, render_svg
 from ortlab.views._graphs import (
@@ -16,6 +17,7 @@ from ortlab.views._graphs import (
     Provenance,
     flat_nodes,
     fx_graph_view,
+    module_view,
     onnx_view,
     partition_view,
     provenance,
@@ -25,6 +27,7 @@ from ortlab.views._inspector import Inspector, PartitionViewer, inspect
 from ortlab.views._plots import plot_timings
 from ortlab.views._profile import icicle_svg, profile_frame, profile_html
 from ortlab.views._report import report, report_html
+from ortlab.views._status import Status
 from ortlab.views._tables import (
     eager_sources_frame,
     graphs_frame,
@@ -45,8 +48,10 @@ __all__ = [
     "Inspector",
     "PartitionViewer",
     "in_notebook",
+    "Status",
     # Graphs (Graphviz)
     "fx_graph_view",
+    "module_view",
     "partition_view",
     "onnx_view",
     "flat_nodes",
@@ -58,6 +63,7 @@ __all__ = [
     "dot_available",
     "GraphvizError",
     "DEFAULT_MAX_NODES",
+    "clear_drawings",
     # Tables (pandas) and plots (matplotlib)
     "graphs_frame",
     "partitions_frame",

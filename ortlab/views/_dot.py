@@ -18,7 +18,11 @@ import subprocess
 from ortlab import errors
 
 DOT_TIMEOUT_SECONDS = 120.0
-"""A layout taking longer than this is abandoned (the caller shows a table instead)."""
+"""A layout asked for explicitly ("draw anyway", the report) is abandoned after this."""
+
+INTERACTIVE_TIMEOUT_SECONDS = 4.0
+"""A layout for an open view is abandoned after this: the view shows its module table and
+a button to draw anyway (:data:`DOT_TIMEOUT_SECONDS`), never a cell blocked for minutes."""
 
 INSTALL_HINT = (
     "Graphviz's 'dot' program is not installed, so graphs are shown as tables. "
@@ -30,6 +34,10 @@ INSTALL_HINT = (
 
 class GraphvizError(errors.OrtlabError):
     """``dot`` is missing, failed, or took too long on a graph."""
+
+
+class LayoutTimeout(GraphvizError):
+    """``dot`` took longer than it was given."""
 
 
 def quote(text: object, *, tooltip: bool = False) -> str:
@@ -44,6 +52,19 @@ def quote(text: object, *, tooltip: bool = False) -> str:
     s = str(text).replace("\\", backslash).replace('"', '\\"').replace("&", "&amp;")
     s = s.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
     return f'"{s}"'
+
+
+def html_text(text: object) -> str:
+    """``text`` for a Graphviz HTML-like label: XML-escaped, so markup in model strings
+    is shown as typed."""
+    return (
+        str(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("\n", " ")
+    )
 
 
 def attrs(**values: object) -> str:
@@ -90,9 +111,9 @@ def render_svg(source: str, *, timeout: float = DOT_TIMEOUT_SECONDS) -> str:
             check=False,
         )
     except subprocess.TimeoutExpired as e:
-        raise GraphvizError(
+        raise LayoutTimeout(
             f"Graphviz's dot took more than {timeout:.0f} s to lay out this graph; "
-            "it is shown as a table. Collapse partitions (a lower max_nodes) to draw it."
+            "it is shown as a table. Collapse modules or partitions to draw it."
         ) from e
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -116,6 +137,9 @@ class Rendered:
             or ONNX node index as text (ONNX views); used to highlight provenance.
         note: Why there is no SVG, or what was simplified (collapsed partitions…).
         node_count: Nodes of the source graph (not of the drawing).
+        actions: SVG element id -> what a click on it means (``("module", path)``,
+            ``("item", key)``; see ``views._gmodel``).
+        timed_out: ``dot`` ran out of time (the view offers to draw anyway).
     """
 
     dot: str
@@ -123,6 +147,8 @@ class Rendered:
     ids: dict[str, str]
     note: str = ""
     node_count: int = 0
+    actions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    timed_out: bool = False
 
     def _repr_svg_(self) -> str | None:
         return self.svg
@@ -136,11 +162,35 @@ class Rendered:
 
 
 def render(
-    source: str, ids: dict[str, str], *, note: str = "", node_count: int = 0
+    source: str,
+    ids: dict[str, str],
+    *,
+    note: str = "",
+    node_count: int = 0,
+    actions: dict[str, tuple[str, str]] | None = None,
+    timeout: float | None = None,
 ) -> Rendered:
-    """Renders ``source``; a missing or failing ``dot`` becomes the result's note."""
+    """Renders ``source``; a missing or failing ``dot`` becomes the result's note.
+
+    Args:
+        source: DOT source.
+        ids: See :class:`Rendered`.
+        note: What was simplified.
+        node_count: Nodes of the source graph.
+        actions: See :class:`Rendered`.
+        timeout: Seconds ``dot`` may take (``None``: :data:`DOT_TIMEOUT_SECONDS`).
+    """
+    actions = actions or {}
     try:
-        svg = render_svg(source)
+        svg = render_svg(source, timeout=DOT_TIMEOUT_SECONDS if timeout is None else timeout)
     except GraphvizError as e:
-        return Rendered(source, None, ids, note=str(e), node_count=node_count)
-    return Rendered(source, svg, ids, note=note, node_count=node_count)
+        return Rendered(
+            source,
+            None,
+            ids,
+            note=str(e),
+            node_count=node_count,
+            actions=actions,
+            timed_out=isinstance(e, LayoutTimeout),
+        )
+    return Rendered(source, svg, ids, note=note, node_count=node_count, actions=actions)

@@ -11,11 +11,23 @@ from __future__ import annotations
 
 import collections
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from ortlab import _html
+from ortlab import _html, errors
 from ortlab.backend import records
-from ortlab.views import _dot, _graphs, _plots, _tables, _timeline
+from ortlab.views import (
+    _dot,
+    _fusion,
+    _graphs,
+    _groups,
+    _hierarchy,
+    _items,
+    _names,
+    _plots,
+    _tables,
+    _timeline,
+)
 
 NATURAL_SIZE_ABOVE_PX = 1600
 """Drawings wider than this are shown at their own size (scrolling), not shrunk to fit."""
@@ -26,8 +38,57 @@ def note(text: str) -> str:
     return f'<p class="ortlab-note">{_html.esc(text)}</p>'
 
 
-def graph_html(rendered: _dot.Rendered, fallback: str = "") -> str:
-    """A rendered graph in a scroll box; its note (and ``fallback`` HTML) without SVG."""
+# A click on a drawn node (or an expanded module's label) is written into the widget's
+# hidden text box (class ortlab-bridge), whose change reaches Python: pane|svg id|nonce.
+_CLICK = (
+    "var g=event.target.closest('g.node, g.cluster');"
+    "if(!g||(g.classList.contains('cluster')&&event.target.tagName!=='text'))return;"
+    "var r=this.closest('.ortlab-viewer');"
+    "var i=r&&r.querySelector('.ortlab-bridge input');"
+    "if(!i)return;"
+    "i.value=this.dataset.pane+'|'+g.id+'|'+Date.now();"
+    "i.dispatchEvent(new Event('input',{bubbles:true}));"
+)
+
+
+# Zoom buttons over a drawing: scale its SVG (the box scrolls); "fit" undoes it.
+_ZOOM = (
+    '<div class="ortlab-zoom">'
+    + "".join(
+        f'<button type="button" title="{title}" onclick="'
+        "var s=this.parentNode.nextElementSibling.querySelector('svg');"
+        "if(!s)return;"
+        f"{action}"
+        f'">{label}</button>'
+        for label, title, action in (
+            (
+                "+",
+                "zoom in",
+                "s.style.maxWidth='none';"
+                "s.style.width=(s.getBoundingClientRect().width*1.25)+'px';",
+            ),
+            (
+                "−",
+                "zoom out",
+                "s.style.maxWidth='none';"
+                "s.style.width=(s.getBoundingClientRect().width/1.25)+'px';",
+            ),
+            ("fit", "fit the box", "s.style.width='';s.style.maxWidth='100%';"),
+        )
+    )
+    + "</div>"
+)
+
+
+def graph_html(rendered: _dot.Rendered, fallback: str = "", *, pane: str = "") -> str:
+    """A rendered graph in a scroll box; its note (and ``fallback`` HTML) without SVG.
+
+    Args:
+        rendered: The drawing.
+        fallback: HTML shown instead when there is no SVG (a table of the same nodes).
+        pane: The name of the Inspector pane the drawing is in: a click on a node or a
+            module is then sent to the kernel (see ``_viewer``).
+    """
     parts = []
     if rendered.note:
         parts.append(note(rendered.note))
@@ -37,42 +98,72 @@ def graph_html(rendered: _dot.Rendered, fallback: str = "") -> str:
         width = re.search(r'width="([0-9.]+)px"', rendered.svg[:400])
         natural = width is not None and float(width.group(1)) > NATURAL_SIZE_ABOVE_PX
         css = "ortlab-graph ortlab-natural" if natural else "ortlab-graph"
-        parts.append(f'<div class="{css}">{rendered.svg}</div>')
+        parts.append(_ZOOM)
+        if pane:
+            safe = _html.esc(pane)
+            parts.append(
+                f'<div class="{css} ortlab-clickable" data-pane="{safe}" '
+                f'onclick="{_CLICK}">{rendered.svg}</div>'
+            )
+        else:
+            parts.append(f'<div class="{css}">{rendered.svg}</div>')
     else:
         parts.append(fallback)
     return "".join(parts)
 
 
-MAX_TABLE_ROWS = 500
-"""Rows of a node table standing in for a drawing; the rest are counted, not listed."""
+PAGE_ROWS = 200
+"""Rows of a node table shown at once; the rest are a click away, page by page."""
+
+
+def paged_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A table of at most :data:`PAGE_ROWS` rows, the others in collapsed pages."""
+    if len(rows) <= PAGE_ROWS:
+        return _html.table(headers, rows)
+    pages = [rows[i : i + PAGE_ROWS] for i in range(0, len(rows), PAGE_ROWS)]
+    return _html.table(headers, pages[0]) + "".join(
+        f"<details><summary>rows {i * PAGE_ROWS + 1}–{i * PAGE_ROWS + len(page)}</summary>"
+        f"{_html.table(headers, page)}</details>"
+        for i, page in enumerate(pages[1:], start=1)
+    )
 
 
 def fx_nodes_table(graph: records.GraphRecord) -> str:
-    """Every node of a graph with its partition and verdict (stands in for the drawing)."""
+    """The nodes of a graph with their partition and verdict (stands in for the
+    drawing); weights are counted, not listed."""
     verdicts = {v.node: v for v in graph.verdicts}
     rows = []
-    nodes = _graphs.flat_nodes(graph)
-    for n in nodes[:MAX_TABLE_ROWS]:
-        v = verdicts.get(n.name)
+    weights = 0
+    for item in _items.graph_items(graph):
+        if item.kind == "weight":
+            weights += 1
+            continue
+        v = verdicts.get(item.key)
+        runs = "" if item.kind != "op" else ("PyTorch" if item.eager else item.group or "")
         rows.append(
             (
-                n.name,
-                n.op,
-                n.target,
-                n.partition or "eager",
-                n.value,
+                item.name,
+                item.op,
+                item.module,
+                runs,
+                item.value,
                 v.reason if v else "",
                 v.source if v else "",
             )
         )
-    table = _html.table(("node", "op", "target", "runs in", "value", "reason", "source"), rows)
-    more = len(nodes) - MAX_TABLE_ROWS
-    return table + (note(f"{more} more nodes not listed.") if more > 0 else "")
+    table = paged_table(("node", "op", "module", "runs in", "value", "reason", "source"), rows)
+    return table + (
+        f"<p>{weights} weights (parameters and buffers) read.</p>" if weights else ""
+    )
 
 
 def partition_nodes_table(partition: records.PartitionRecord) -> str:
-    rows = [(n.name, n.op, str(n.target)) for n in partition.graph_module.graph.nodes]
-    return _html.table(("node", "op", "target"), rows)
+    """The nodes of a partition's FX subgraph (stands in for its drawing)."""
+    rows = [
+        (n.name, n.op, n.target, n.scope[-1] if n.scope else "")
+        for n in _items.partition_nodes(partition, None)
+    ]
+    return paged_table(("node", "op", "target", "module"), rows)
 
 
 def onnx_nodes_table(session: records.SessionRecord) -> str:
@@ -89,18 +180,37 @@ def onnx_nodes_table(session: records.SessionRecord) -> str:
         )
         for i, n in enumerate(session.model.graph.node)
     ]
-    return _html.table(("#", "op", "name", "inputs", "outputs", "FX node"), rows)
+    return paged_table(("#", "op", "name", "inputs", "outputs", "FX node"), rows)
+
+
+def module_table(tree: _hierarchy.Tree) -> str:
+    """The module tree as a table (stands in for its drawing): each module indented
+    under its parent, with its ops, partitions and the ops that stay in PyTorch."""
+    rows = []
+    stack = [(m, 0) for m in reversed(tree.root.children)]
+    while stack:
+        module, depth = stack.pop()
+        fold = tree.folds.get(module.path)
+        if fold is not None and fold.members[0] != module.path:
+            continue  # one row per folded run
+        label = fold.label if fold is not None else module.label
+        rows.append(
+            (
+                "\u2003" * depth + label,
+                module.cls,
+                module.count,
+                ", ".join(f"{g} ×{c}" for g, c in module.groups.most_common()),
+                module.eager or "",
+            )
+        )
+        stack.extend((c, depth + 1) for c in reversed(module.children))
+    return paged_table(("module", "class", "ops", "partitions", "in PyTorch"), rows)
 
 
 def eager_nodes_html(graph: records.GraphRecord) -> str:
-    """The nodes of a graph that run in PyTorch, with the reason for each and the line of
-    the user's code it comes from."""
-    rows = [
-        (v.node, v.target, reason, v.source) for v, reason in _tables.eager_verdicts(graph)
-    ]
-    if not rows:
-        return "<p>Every node runs in ONNX Runtime.</p>"
-    return _html.table(("eager node", "target", "reason", "source"), rows)
+    """The nodes of a graph that run in PyTorch, grouped by why (rule and reason in
+    full), each with the line of the user's code it comes from."""
+    return _groups.eager_html([graph])
 
 
 def eager_sources_html(obj: Any) -> str:
@@ -154,51 +264,56 @@ def first_call_html(obj: Any) -> str:
 def partition_verdicts_html(
     partition: records.PartitionRecord, graph: records.GraphRecord | None
 ) -> str:
-    """The verdicts of a partition's nodes (node, target, supported, reason, source)."""
-    if graph is None:
-        return ""
-    names = set(partition.node_names)
-    rows = [
-        (v.node, v.target, v.supported, v.reason, v.source)
-        for v in graph.verdicts
-        if v.node in names
-    ]
-    return _html.table(("node", "target", "supported", "reason", "source"), rows)
+    """The verdicts of a partition's nodes, grouped by rule and reason."""
+    return _groups.partition_verdicts_html(partition, graph)
 
 
-def provenance_table(session: records.SessionRecord) -> str:
-    """FX node -> the ONNX nodes it became."""
+def provenance_table(
+    session: records.SessionRecord,
+    fusions: _fusion.Fusions | None = None,
+    partition: records.PartitionRecord | None = None,
+) -> str:
+    """FX node -> the ONNX nodes it became, or the fused operator that absorbed it."""
     prov = _graphs.provenance(session)
-    rows = [
-        (fx, ", ".join(_graphs.onnx_node_title(session, i) for i in idx))
-        for fx, idx in prov.fx_to_onnx.items()
-    ]
-    if not rows:
+    names = list(partition.node_names) if partition is not None else list(prov.fx_to_onnx)
+    rows: list[tuple[str, ...]] = []
+    for fx in names:
+        idx = prov.onnx_nodes_of(fx)
+        became = ", ".join(_graphs.onnx_node_title(session, i) for i in idx)
+        fused = fusions.describe(fx) if fusions is not None else None
+        rows.append((fx, became or "(none)", fused or ""))
+    if not any(r[1] != "(none)" for r in rows):
         return note("This model carries no FX provenance metadata.")
-    return _html.table(("FX node", "ONNX nodes"), rows)
+    headers: tuple[str, ...] = ("FX node", "ONNX nodes", "fused into")
+    if fusions is None:
+        rows = [r[:2] for r in rows]
+        headers = headers[:2]
+    text = paged_table(headers, rows)
+    if fusions is not None and fusions.note:
+        text = note(fusions.note) + text
+    return text
 
 
-def onnx_model_info(session: records.SessionRecord) -> str:
-    """Model facts: opsets, inputs, outputs, initializers, op-type counts, providers."""
+def onnx_model_info(
+    session: records.SessionRecord, graph: records.GraphRecord | None = None
+) -> str:
+    """Model facts: opsets, inputs (named by what they bind, weights summarised),
+    outputs, initializers, op-type counts, providers."""
     model = session.model
-    graph = model.graph
-    init_bytes = sum(len(t.raw_data) for t in graph.initializer)
-    ops = collections.Counter(n.op_type for n in graph.node)
+    proto = model.graph
+    init_bytes = sum(len(t.raw_data) for t in proto.initializer)
+    ops = collections.Counter(n.op_type for n in proto.node)
     rows: list[tuple[str, Any]] = [
         ("partition", f"{session.partition_name} (session {session.index})"),
-        (
-            "inputs",
-            ", ".join(f"{n}: {t}" for n, t in zip(session.input_names, session.input_schema)),
-        ),
         (
             "outputs",
             ", ".join(
                 f"{n}: {t}" for n, t in zip(session.output_names, session.output_schema)
             ),
         ),
-        ("ONNX nodes", len(graph.node)),
+        ("ONNX nodes", len(proto.node)),
         ("op types", ", ".join(f"{op} ×{c}" for op, c in ops.most_common())),
-        ("initializers", f"{len(graph.initializer)} ({init_bytes / 1024:.1f} KiB)"),
+        ("initializers", f"{len(proto.initializer)} ({init_bytes / 1024:.1f} KiB)"),
         (
             "opsets",
             ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import),
@@ -219,7 +334,11 @@ def onnx_model_info(session: records.SessionRecord) -> str:
     if session.cuda_graph_status:
         rows.append(("CUDA graph", session.cuda_graph_status))
     rows.append(("save as a test case", save_hint(session)))
-    return _html.table(("", ""), rows)
+    inputs = _names.detail_html(_names.session_inputs(session, graph))
+    return (
+        '<table class="ortlab"><tbody><tr><td>inputs</td>'
+        f"<td>{inputs}</td></tr></tbody></table>" + _html.table(("", ""), rows)
+    )
 
 
 def _threads_text(session: records.SessionRecord) -> str:
@@ -262,17 +381,83 @@ def summary_html(obj: Any, headline: str = "") -> str:
             "<p>A call runs one graph, plus one per graph break; a run that compiles "
             "nothing reuses the graphs and sessions compiled before.</p>" + timeline
         )
+    parts.extend(note(line) for line in _timeline.recompile_limit_notes(obj))
     parts.append("<h4>Graphs</h4>" + _tables.frame_html(_tables.graphs_frame(obj)))
+    parts.extend(inputs_html(g) for g in graphs if g.input_sources)
     parts.append(eager_sources_html(obj))
     parts.append(
-        "<h4>Verdicts by reason</h4>" + _tables.frame_html(_tables.reasons_frame(obj))
+        "<h4>Verdicts by reason</h4><p>Grouped by where the nodes run, the support rule "
+        "that decided and its reason; click a group for its nodes.</p>"
+        + _groups.verdicts_html(obj)
     )
-    for g in graphs:
-        parts.append(f"<h4>Eager nodes of graph {g.index} ({_html.esc(g.kind)})</h4>")
-        parts.append(eager_nodes_html(g))
     if not _dot.dot_available():
         parts.append(note(_dot.INSTALL_HINT))
     return "".join(parts)
+
+
+def inputs_html(graph: records.GraphRecord) -> str:
+    """A graph's inputs, named by what they bind, weights summarised."""
+    return (
+        f"<p>Graph {graph.index} inputs: "
+        + _names.detail_html(_names.graph_inputs(graph))
+        + "</p>"
+    )
+
+
+def sessions_html(obj: Any) -> str:
+    """The sessions: one row each, inputs named and summarised (detail one click away)."""
+    from ortlab.views import _subjects
+
+    rows = []
+    for p in _subjects.partitions_of(obj):
+        graph = _graph_of(obj, p)
+        for s in p.sessions:
+            inputs = _names.detail_html(_names.session_inputs(s, graph))
+            cells = [
+                f"{p.graph_index} ({p.graph_kind})",
+                s.partition_name,
+                s.index,
+                ", ".join(s.output_schema)
+                if len(s.output_schema) <= 3
+                else f"{len(s.output_schema)} outputs",
+                ", ".join(s.providers),
+                _html.number(s.threads),
+                records.fusions_text(s.fusions, s.fusion_note),
+                f"{s.export_seconds * 1e3:.3g}",
+                f"{s.session_seconds * 1e3:.3g}",
+                s.run_count,
+                s.onnx_node_count,
+                _names.bytes_text(s.model_bytes),
+                "yes" if s.active else "no",
+            ]
+            rows.append(
+                "<tr><td>"
+                + "</td><td>".join(_html.esc(c) for c in cells[:3])
+                + f"</td><td>{inputs}</td><td>"
+                + "</td><td>".join(_html.esc(c) for c in cells[3:])
+                + "</td></tr>"
+            )
+    if not rows:
+        return "<p>No session yet: call the compiled model.</p>"
+    headers = (
+        "graph", "partition", "#", "inputs", "outputs", "providers", "threads",
+        "fused operators", "export ms", "session ms", "runs", "ONNX nodes", "model", "active",
+    )  # fmt: skip
+    head = "".join(f"<th>{_html.esc(h)}</th>" for h in headers)
+    return (
+        f'<table class="ortlab ortlab-sessions-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _graph_of(obj: Any, partition: records.PartitionRecord) -> records.GraphRecord | None:
+    from ortlab.views import _subjects
+
+    try:
+        graphs = _subjects.graphs_of(obj)
+    except errors.OrtlabError:  # partition or session records: no graph to name inputs by
+        return None
+    return next((g for g in graphs if g.index == partition.graph_index), None)
 
 
 def session_timings_html(obj: Any) -> str:
@@ -289,7 +474,7 @@ def session_timings_html(obj: Any) -> str:
                     *(f"{s.timings.get(k, 0.0) * 1e3:.2f}" for k in steps),
                 )
             )
-    headers = ("session", *(f"{_tables.STEP_LABELS[k]} (ms)" for k in steps))
+    headers = ("session", *(f"{_tables.STEP_LABELS.get(k, k)} (ms)" for k in steps))
     return _html.table(headers, rows)
 
 
@@ -304,7 +489,7 @@ def graph_timings_html(obj: Any) -> str:
         (f"{g.index} ({g.kind})", *(f"{g.timings.get(k, 0.0) * 1e3:.2f}" for k in steps))
         for g in _subjects.graphs_of(obj)
     ]
-    headers = ("graph", *(f"{_tables.STEP_LABELS[k]} (ms)" for k in steps))
+    headers = ("graph", *(f"{_tables.STEP_LABELS.get(k, k)} (ms)" for k in steps))
     return _html.table(headers, rows)
 
 

@@ -1,256 +1,125 @@
-"""Graph views: FX graphs with ORT partitions as clusters, ONNX models, and provenance.
+"""Graph views: FX graphs with ORT partitions as clusters, ONNX models, the module
+hierarchy of either, and provenance.
 
-# NOTE: a :class:`~ortlab.backend.records.GraphRecord` holds the graph after partitioning
-# (``fused_*`` call_module nodes whose sub-GraphModules are the partitions' graphs). The
-# FX view inlines each partition's nodes back into one flat node list, so that every
-# original node is drawn, inside a cluster per partition:
-#
-#   partitioned:  x -> fused_1 -> soft_clip -> fused_0 -> getitem -> out
-#   drawn:        x -> [t -> addmm -> relu] -> soft_clip -> [t_1 -> addmm_1] -> out
-#                       cluster fused_1                       cluster fused_0
-#
-# (``getitem`` nodes that only unpack a partition's outputs are edges, not nodes.)
-# Large graphs (more than ``max_nodes``) are drawn collapsed: one box per partition with
-# its node count, eager nodes around them, and any partition named in ``expand`` drawn in
-# full. Collapsing keeps ``dot`` in the sub-second range for thousands of nodes.
+# NOTE: every view here builds a :class:`~ortlab.views._gmodel.GraphModel` and renders
+# it. A graph small enough is drawn node by node (partitions as coloured clusters, eager
+# nodes in red); a larger one is drawn as the model's module tree
+# (:func:`module_view`: ``encoder``, ``layer.0–11 ×12``...) when its nodes carry module
+# scopes, else one box per partition (:func:`fx_graph_view`'s collapsed form). Nothing
+# lays out more than ``MAX_DRAWN_NODES`` nodes, so ``dot`` answers in about a second.
 #
 # Provenance: the exporter stamps each ONNX node's ``metadata_props`` with
 # ``pkg.torch.onnx.fx_node`` = the FX node's text (``"%addmm : [num_users=1] = ..."``);
-# :func:`provenance` parses the name back and links FX nodes to the ONNX nodes they became.
+# :func:`provenance` parses the name back and links FX nodes to the ONNX nodes they became
+# (through fused operators: :mod:`ortlab.views._fusion`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import operator
 import re
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ortlab.backend import records
-from ortlab.views import _dot, _style
+from ortlab.views import _dot, _gmodel, _hierarchy, _items, _layout, _style
+from ortlab.views._items import FlatNode, flat_nodes, target_text, value_text
 
-if TYPE_CHECKING:
-    import onnx
-    import torch.fx
+# (re-exported: the views' node lists live in _items)
+__all__ = ["FlatNode", "flat_nodes", "target_text", "value_text"]
 
 DEFAULT_MAX_NODES = 300
-"""Graphs with more nodes than this are drawn with partitions collapsed."""
+"""Graphs with more nodes than this are drawn collapsed (module tree, or one box per
+partition)."""
 
-MAX_DRAWN_NODES = 1500
-"""A partition or ONNX graph larger than this is not laid out; a table stands in (every
-view of one partition: its FX graph, its ONNX model, their numerics overlays)."""
+FLAT_MAX_NODES = 100
+"""A record with more nodes than this is drawn as its module tree when it has one (the
+Inspector's panes, the report): a taller drawing is read by scrolling, not as a whole."""
 
-NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
-
-
-def value_text(value: Any) -> str:
-    """Compact type text of an FX ``meta['val']``: ``float32[s77,16]``, ``SymInt s77``."""
-    shape = getattr(value, "shape", None)
-    dtype = getattr(value, "dtype", None)
-    if shape is not None and dtype is not None:
-        dims = ",".join(str(d) for d in shape)
-        return f"{str(dtype).removeprefix('torch.')}[{dims}]"
-    if isinstance(value, (list, tuple)):
-        return "(" + ", ".join(value_text(v) for v in value) + ")"
-    if value is None:
-        return ""
-    return f"{type(value).__name__} {value}"
+MAX_DRAWN_NODES = _layout.MAX_LAYOUT_NODES
+"""Nodes laid out at most in one drawing (every view: FX graphs, partitions, ONNX
+models, their numerics overlays); a larger graph is drawn as its module tree."""
 
 
-def target_text(node: torch.fx.Node) -> str:
-    """A node's target as text: ``aten.addmm.default``, ``<built-in function getitem>``."""
-    return str(node.target)
+def partition_colors(graph: records.GraphRecord | None) -> dict[str, str]:
+    """Partition name -> its fill (the same in every view of the graph)."""
+    if graph is None:
+        return {}
+    return {p.name: _style.partition_color(i) for i, p in enumerate(graph.partitions)}
 
 
-# -- flattening the partitioned graph ---------------------------------------------------
+# -- node by node --------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class FlatNode:
-    """One node of a graph record, with its partition (``None`` outside any)."""
-
-    name: str
-    op: str
-    target: str
-    inputs: tuple[str, ...]
-    partition: str | None
-    value: str = ""
-
-
-def _leaves(arg: Any) -> Iterable[Any]:
-    if isinstance(arg, (list, tuple)):
-        for a in arg:
-            yield from _leaves(a)
-    elif isinstance(arg, dict):
-        for a in arg.values():
-            yield from _leaves(a)
-    else:
-        yield arg
-
-
-def _inputs(node: torch.fx.Node, alias: dict[Any, Any]) -> tuple[str, ...]:
-    names: list[str] = []
-    for arg in _leaves((node.args, node.kwargs)):
-        if hasattr(arg, "op") and hasattr(arg, "name"):  # a torch.fx.Node
-            resolved = alias.get(arg, arg.name)
-            if isinstance(resolved, tuple):
-                names.extend(resolved)
-            else:
-                names.append(resolved)
-    return tuple(dict.fromkeys(names))
-
-
-def flat_nodes(graph: records.GraphRecord) -> list[FlatNode]:
-    """Every node of ``graph`` with its partition, partitions inlined (see module NOTE).
-
-    Works both on a partitioned graph (``fused_*`` call_module nodes) and on an
-    unpartitioned one (membership then comes from ``PartitionRecord.node_names``).
-    """
-    gm = graph.partitioned if graph.partitioned is not None else graph.graph_module
-    parts = {p.name: p for p in graph.partitions}
-    verdicts = {v.node: v for v in graph.verdicts}
-    fused = {
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_module" and n.target in parts and parts[n.target].graph_module
-    }
-    member_of = {}
-    if not fused:
-        member_of = {name: p.name for p in graph.partitions for name in p.node_names}
-    alias: dict[Any, Any] = {}
-    out: list[FlatNode] = []
-
-    def add(node: torch.fx.Node, partition: str | None, inputs: tuple[str, ...]) -> None:
-        verdict = verdicts.get(node.name)
-        target = verdict.target if verdict is not None else target_text(node)
-        if node.op == "call_module":
-            target = str(node.target)
-        out.append(
-            FlatNode(
-                node.name, node.op, target, inputs, partition, value_text(node.meta.get("val"))
-            )
-        )
-
-    for node in gm.graph.nodes:
-        if node in fused:
-            part = parts[node.target]
-            sub = part.graph_module.graph
-            outer_args = [a for a in _leaves(node.args)]
-            inner_alias: dict[Any, Any] = {}
-            placeholders = [n for n in sub.nodes if n.op == "placeholder"]
-            for ph, arg in zip(placeholders, outer_args):
-                if hasattr(arg, "op") and hasattr(arg, "name"):
-                    inner_alias[ph] = alias.get(arg, arg.name)
-                else:
-                    inner_alias[ph] = ()
-            outputs: tuple[str, ...] = ()
-            for inner in sub.nodes:
-                if inner.op == "placeholder":
-                    continue
-                if inner.op == "output":
-                    outputs = _inputs(inner, inner_alias)
-                    continue
-                add(inner, part.name, _inputs(inner, inner_alias))
-            alias[node] = outputs[0] if len(outputs) == 1 else outputs
-            continue
-        if (
-            node.op == "call_function"
-            and node.target is operator.getitem
-            and node.args
-            and node.args[0] in fused
-        ):
-            produced = alias[node.args[0]]
-            index = node.args[1]
-            if isinstance(produced, tuple) and isinstance(index, int):
-                alias[node] = produced[index]
-            else:
-                alias[node] = produced
-            continue
-        add(node, member_of.get(node.name), _inputs(node, alias))
-    return out
-
-
-# -- FX graph view ------------------------------------------------------------------
-
-
-def _verdict_tooltip(
-    name: str, target: str, verdict: records.Verdict | None, partition: str | None, state: str
-) -> str:
-    if partition is not None and state == "ort":
-        where = f"runs in ONNX Runtime ({partition})"
-    elif partition is not None:
-        where = f"runs in PyTorch: partition {partition} fell back to eager"
-    else:
-        where = "runs in PyTorch (eager)"
-    reason = f": {verdict.reason}" if verdict is not None else ""
-    source = f"\nfrom {verdict.source}" if verdict is not None and verdict.source else ""
-    return f"{name} = {target}\n{where}{reason}{source}"
-
-
-def _fx_node_stmt(
+def _fx_node(
     node: FlatNode,
     node_id: str,
     verdict: records.Verdict | None,
     state: str,
     highlighted: bool,
     show_values: bool,
-) -> str:
+    graph: records.GraphRecord | None,
+) -> _gmodel.Node:
     if node.op in ("placeholder", "output", "get_attr"):
         label = node.name if node.op != "output" else "output"
+        bound = graph.source_of(node.name) if graph is not None else node.name
+        if bound != node.name:
+            label = bound
         if show_values and node.value and node.op != "output":
             label += "\n" + node.value
-        extra = {
-            "shape": "ellipse",
-            "fillcolor": _style.IO_FILL,
-            "tooltip": f"{node.op} {node.name}",
-        }
-        cls = f"ortlab-{node.op}"
-    else:
-        label = f"{node.name}\n{node.target}"
-        if show_values and node.value:
-            label += "\n" + node.value
-        eager = node.partition is None or state != "ort"
-        tooltip = _verdict_tooltip(node.name, node.target, verdict, node.partition, state)
-        if eager:
-            extra = {
-                "fillcolor": _style.EAGER_FILL,
-                "color": _style.EAGER_LINE,
-                "penwidth": "2",
-                "tooltip": tooltip,
-            }
-            cls = "ortlab-eager"
-        else:
-            extra = {"fillcolor": "white", "tooltip": tooltip}
-            cls = "ortlab-ort"
-    if highlighted:
-        extra.update(color=_style.HIGHLIGHT, penwidth="4")
-    attributes = _dot.attrs(label=label, id=node_id, **{"class": cls}, **extra)
-    return f"{_dot.quote(node_id)} {attributes};"
+        return _gmodel.Node(
+            node_id,
+            label,
+            kind=node.op,
+            tooltip=f"{node.op} {node.name}" + (f": {bound}" if bound != node.name else ""),
+            fill=_style.IO_FILL,
+            shape="ellipse",
+            highlighted=highlighted,
+        )
+    label = f"{node.name}\n{node.target}"
+    if show_values and node.value:
+        label += "\n" + node.value
+    tooltip = _items.verdict_tooltip(node.name, node.target, verdict, node.partition, state)
+    if node.partition is None or state != "ort":
+        return _gmodel.Node(
+            node_id,
+            label,
+            kind="eager",
+            tooltip=tooltip,
+            fill=_style.EAGER_FILL,
+            line=_style.EAGER_LINE,
+            penwidth=2,
+            highlighted=highlighted,
+        )
+    return _gmodel.Node(node_id, label, tooltip=tooltip, fill="white", highlighted=highlighted)
 
 
 def _cluster(
-    index: int,
-    part: records.PartitionRecord,
-    body: Sequence[str],
-    node_count: int,
-    cluster_id: str | None = None,
-) -> str:
+    index: int, part: records.PartitionRecord, children: list[Any], cluster_id: str
+) -> _gmodel.Cluster:
     failed = part.state != "ort"
     state = "eager (failed)" if failed else "ONNX Runtime"
-    label = f"{part.name} · {state} · {node_count} nodes · {len(part.sessions)} sessions"
-    tooltip = f"{part.name}: {part.error}" if failed else label
-    style = "dashed,rounded,filled" if failed else "rounded,filled"
-    graph_attrs = _dot.attrs(
-        label=label,
-        tooltip=tooltip,
-        style=style,
-        fillcolor=_style.partition_color(index),
-        color=_style.EAGER_LINE if failed else "#777777",
-        id=cluster_id,
+    label = f"{part.name} · {state} · {len(children)} nodes · {len(part.sessions)} sessions"
+    return _gmodel.Cluster(
+        cluster_id,
+        label,
+        children,
+        kind="partition-cluster",
+        tooltip=f"{part.name}: {part.error}" if failed else label,
+        fill=_style.partition_color(index),
+        line=_style.EAGER_LINE if failed else "#777777",
+        dashed=failed,
     )
-    return f"subgraph cluster_{index} {{\ngraph {graph_attrs};\n" + "\n".join(body) + "\n}"
+
+
+def _edges(nodes: Sequence[FlatNode], ids: dict[str, str]) -> list[_gmodel.Edge]:
+    return [
+        _gmodel.Edge(ids[src], ids[node.name])
+        for node in nodes
+        for src in node.inputs
+        if src in ids and node.name in ids
+    ]
 
 
 def fx_graph_view(
@@ -261,12 +130,15 @@ def fx_graph_view(
     highlight: Collection[str] = (),
     id_prefix: str = "",
     show_values: bool = True,
+    timeout: float | None = None,
 ) -> _dot.Rendered:
     """Draws a graph record: partitions as coloured clusters, eager nodes in red.
 
     Each node's tooltip is its verdict (where it runs and why) and the line of the user's
     code it comes from. Above ``max_nodes`` nodes the graph is drawn collapsed: one box
-    per partition (node and session counts) except the partitions named in ``expand``.
+    per partition (node and session counts) except the partitions named in ``expand``
+    (a partition too large to lay out, :data:`MAX_DRAWN_NODES`, stays a box; draw it with
+    :func:`module_view`).
 
     Args:
         graph: The graph record (``backend.graphs[i]``).
@@ -275,43 +147,45 @@ def fx_graph_view(
         highlight: FX node names to outline (in collapsed partitions: their box).
         id_prefix: Prefix of the SVG element ids (unique per page).
         show_values: Show each node's type and shape (``float32[s77,16]``).
+        timeout: Seconds ``dot`` may take (``None``: ``_dot.DOT_TIMEOUT_SECONDS``).
 
     Returns:
         A :class:`~ortlab.views._dot.Rendered` whose ``ids`` map FX node names (and
         partition names) to SVG element ids.
     """
     nodes = flat_nodes(graph)
-    collapsed = len(nodes) > max_nodes
-    if collapsed:
-        return _collapsed_view(graph, nodes, max_nodes, set(expand), set(highlight), id_prefix)
+    if len(nodes) > max_nodes:
+        return _gmodel.render(
+            _collapsed(graph, nodes, max_nodes, set(expand), set(highlight), id_prefix),
+            timeout=timeout,
+        )
     parts = {p.name: (i, p) for i, p in enumerate(graph.partitions)}
     verdicts = {v.node: v for v in graph.verdicts}
-    ids: dict[str, str] = {}
+    model = _gmodel.GraphModel("fx", _graph_caption(graph), node_count=len(nodes))
+    ids = model.ids
+    by_part: dict[str | None, list[Any]] = collections.defaultdict(list)
     for i, node in enumerate(nodes):
         ids[node.name] = f"{id_prefix}fx-{i}"
-    by_part: dict[str | None, list[str]] = collections.defaultdict(list)
-    for node in nodes:
+        model.actions[ids[node.name]] = ("item", node.name)
         state = parts[node.partition][1].state if node.partition in parts else "eager"
-        stmt = _fx_node_stmt(
+        drawn = _fx_node(
             node,
             ids[node.name],
             verdicts.get(node.name),
             state,
             node.name in highlight,
             show_values,
+            graph,
         )
-        by_part[node.partition if node.partition in parts else None].append(stmt)
-    lines = ["digraph fx {", _style.GRAPH_ATTRS]
-    lines.append(
-        "graph " + _dot.attrs(label=_graph_caption(graph), labelloc="t", labeljust="l") + ";"
-    )
-    lines.extend(by_part.pop(None, []))
+        by_part[node.partition if node.partition in parts else None].append(drawn)
+    model.items.extend(by_part.pop(None, []))
     for name, body in by_part.items():
         assert name is not None  # eager nodes were popped above
         index, part = parts[name]
         ids[name] = f"{id_prefix}part-{index}"
-        lines.append(_cluster(index, part, body, len(body), ids[name]))
-    return _finish(lines, nodes, ids)
+        model.items.append(_cluster(index, part, body, ids[name]))
+    model.edges = _edges(nodes, ids)
+    return _gmodel.render(model, timeout=timeout)
 
 
 def _graph_caption(graph: records.GraphRecord) -> str:
@@ -343,156 +217,8 @@ def _eager_groups(nodes: Sequence[FlatNode], loose: set[str]) -> dict[str, int]:
     return {n: roots.setdefault(find(n), len(roots)) for n in loose}
 
 
-def _collapsed_view(
-    graph: records.GraphRecord,
-    nodes: Sequence[FlatNode],
-    max_nodes: int,
-    expand: set[str],
-    highlight: set[str],
-    id_prefix: str,
-) -> _dot.Rendered:
-    parts = {p.name: (i, p) for i, p in enumerate(graph.partitions)}
-    verdicts = {v.node: v for v in graph.verdicts}
-    group: dict[str, str] = {}  # FX node name -> drawn item key
-    items: dict[str, str] = {}  # drawn item key -> DOT statement
-    ids: dict[str, str] = {}
-    op_counts: dict[str, collections.Counter[str]] = collections.defaultdict(
-        collections.Counter
-    )
-    members: dict[str, list[FlatNode]] = collections.defaultdict(list)
-    for node in nodes:
-        if node.partition in parts:
-            members[node.partition].append(node)
-            op_counts[node.partition][node.target] += 1
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    loose = {
-        n.name
-        for n in nodes
-        if n.partition not in parts and n.op not in ("placeholder", "output")
-    }
-    components = _eager_groups(nodes, loose) if len(loose) > max_nodes else None
-    expanded_stmts: dict[str, list[str]] = collections.defaultdict(list)
-    counter = 0
-
-    def new_id() -> str:
-        nonlocal counter
-        counter += 1
-        return f"{id_prefix}fx-{counter}"
-
-    if placeholders:
-        key = new_id()
-        for n in placeholders:
-            group[n.name] = key
-        items[key] = f"{_dot.quote(key)} " + _dot.attrs(
-            label=f"{len(placeholders)} inputs",
-            tooltip=", ".join(f"{n.name}: {n.value}" for n in placeholders),
-            shape="ellipse",
-            fillcolor=_style.IO_FILL,
-            id=key,
-        )
-    eager_keys: dict[int, str] = {}
-    component_members: dict[str, list[FlatNode]] = collections.defaultdict(list)
-    for node in nodes:
-        if node.op == "placeholder":
-            continue
-        if node.partition in parts and node.partition not in expand:
-            index, part = parts[node.partition]  # type: ignore[index]
-            key = f"{id_prefix}part-{index}"
-            group[node.name] = key
-            if key not in items:
-                items[key] = _partition_box(key, index, part, op_counts[part.name])
-            continue
-        if node.partition in parts:
-            index, part = parts[node.partition]  # type: ignore[index]
-            key = new_id()
-            group[node.name] = key
-            expanded_stmts[node.partition].append(
-                _fx_node_stmt(
-                    node,
-                    key,
-                    verdicts.get(node.name),
-                    part.state,
-                    node.name in highlight,
-                    True,
-                )
-            )
-            continue
-        if components is not None and node.name in components:
-            comp = components[node.name]
-            key = eager_keys.get(comp) or new_id()
-            eager_keys[comp] = key
-            group[node.name] = key
-            component_members[key].append(node)
-            continue
-        key = new_id()
-        group[node.name] = key
-        items[key] = _fx_node_stmt(
-            node, key, verdicts.get(node.name), "eager", node.name in highlight, True
-        )
-    for key, comp_nodes in component_members.items():
-        targets = collections.Counter(n.target for n in comp_nodes)
-        reasons = collections.Counter(
-            verdicts[n.name].reason for n in comp_nodes if n.name in verdicts
-        )
-        sources = collections.Counter(
-            verdicts[n.name].source
-            for n in comp_nodes
-            if n.name in verdicts and verdicts[n.name].source
-        )
-        where = "".join(f"\nfrom {s} ({c})" for s, c in sources.most_common(5))
-        items[key] = f"{_dot.quote(key)} " + _dot.attrs(
-            label=f"eager · {len(comp_nodes)} nodes\n" + _top(targets, 3),
-            tooltip="runs in PyTorch: "
-            + "; ".join(f"{r} ({c})" for r, c in reasons.items())
-            + where,
-            fillcolor=_style.EAGER_FILL,
-            color=_style.EAGER_LINE,
-            penwidth="2",
-            id=key,
-            **{"class": "ortlab-eager"},
-        )
-    # Boxes standing for several nodes (partitions, inputs, eager groups) are outlined when
-    # any node they hold is highlighted; single nodes were outlined when drawn.
-    for key in {group[name] for name in highlight if name in group}:
-        statement = items.get(key, "")
-        if statement.endswith("]") and 'penwidth="4"' not in statement:
-            items[key] = statement[:-1] + f', color="{_style.HIGHLIGHT}", penwidth="4"]'
-    lines = ["digraph fx {", _style.GRAPH_ATTRS]
-    caption = _graph_caption(graph) + " — collapsed: one box per partition"
-    lines.append("graph " + _dot.attrs(label=caption, labelloc="t", labeljust="l") + ";")
-    lines.extend(s if s.endswith(";") else s + ";" for s in items.values())
-    for name, body in expanded_stmts.items():
-        index, part = parts[name]
-        ids[name] = f"{id_prefix}part-{index}"
-        lines.append(_cluster(index, part, body, len(body), ids[name]))
-    edges: collections.Counter[tuple[str, str]] = collections.Counter()
-    for node in nodes:
-        dst = group.get(node.name)
-        for src in node.inputs:
-            src_key = group.get(src)
-            if src_key is not None and dst is not None and src_key != dst:
-                edges[(src_key, dst)] += 1
-    for (src, dst), count in edges.items():
-        label = f" [label={_dot.quote(f'×{count}')}]" if count > 1 else ""
-        lines.append(f"{_dot.quote(src)} -> {_dot.quote(dst)}{label};")
-    lines.append("}")
-    for node in nodes:
-        ids[node.name] = group[node.name]
-    for name, (index, _) in parts.items():
-        if name not in expand:
-            ids[name] = f"{id_prefix}part-{index}"
-    note = (
-        f"{len(nodes)} nodes: drawn with one box per partition (more than {max_nodes} "
-        "nodes); expand a partition to see its nodes."
-    )
-    return _dot.render("\n".join(lines), ids, note=note, node_count=len(nodes))
-
-
 def _top(counter: collections.Counter[str], n: int) -> str:
-    shown = [
-        f"{t.rsplit('.', 1)[0] if t.endswith('.default') else t} ×{c}"
-        for t, c in counter.most_common(n)
-    ]
+    shown = [f"{_items.short_op(t)} ×{c}" for t, c in counter.most_common(n)]
     if len(counter) > n:
         shown.append(f"… {len(counter) - n} more op types")
     return "\n".join(shown)
@@ -500,7 +226,7 @@ def _top(counter: collections.Counter[str], n: int) -> str:
 
 def _partition_box(
     key: str, index: int, part: records.PartitionRecord, ops: collections.Counter[str]
-) -> str:
+) -> _gmodel.Node:
     failed = part.state != "ort"
     state = "eager (failed)" if failed else "ONNX Runtime"
     label = (
@@ -512,16 +238,238 @@ def _partition_box(
         if failed
         else f"{part.name}: " + ", ".join(f"{t} ×{c}" for t, c in ops.most_common())
     )
-    return f"{_dot.quote(key)} " + _dot.attrs(
-        label=label,
+    return _gmodel.Node(
+        key,
+        label,
+        kind="partition",
         tooltip=tooltip,
+        fill=_style.partition_color(index),
+        line=_style.EAGER_LINE if failed else "#555555",
         shape="box3d",
-        style="filled,dashed" if failed else "filled",
-        fillcolor=_style.partition_color(index),
-        color=_style.EAGER_LINE if failed else "#555555",
-        id=key,
-        **{"class": "ortlab-partition"},
+        dashed=failed,
     )
+
+
+def _collapsed(
+    graph: records.GraphRecord,
+    nodes: Sequence[FlatNode],
+    max_nodes: int,
+    expand: set[str],
+    highlight: set[str],
+    id_prefix: str,
+) -> _gmodel.GraphModel:
+    """One box per partition, eager nodes around them (grouped when many), the
+    partitions in ``expand`` drawn in full when they fit."""
+    parts = {p.name: (i, p) for i, p in enumerate(graph.partitions)}
+    verdicts = {v.node: v for v in graph.verdicts}
+    too_big = {
+        n for n in expand if n in parts and len(parts[n][1].node_names) > MAX_DRAWN_NODES
+    }
+    expand = expand - too_big
+    model = _gmodel.GraphModel("fx", node_count=len(nodes))
+    model.caption = _graph_caption(graph) + " — collapsed: one box per partition"
+    group: dict[str, str] = {}  # FX node name -> drawn item id
+    drawn: dict[str, _gmodel.Node] = {}
+    op_counts: dict[str, collections.Counter[str]] = collections.defaultdict(
+        collections.Counter
+    )
+    for node in nodes:
+        if node.partition in parts:
+            op_counts[node.partition][node.target] += 1
+    loose = {
+        n.name
+        for n in nodes
+        if n.partition not in parts and n.op not in ("placeholder", "output")
+    }
+    components = _eager_groups(nodes, loose) if len(loose) > max_nodes else None
+    clusters: dict[str, list[Any]] = collections.defaultdict(list)
+    members: dict[str, list[FlatNode]] = collections.defaultdict(list)
+    counter = 0
+
+    def new_id() -> str:
+        nonlocal counter
+        counter += 1
+        return f"{id_prefix}fx-{counter}"
+
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if placeholders:
+        key = new_id()
+        for n in placeholders:
+            group[n.name] = key
+        drawn[key] = _gmodel.Node(
+            key,
+            f"{len(placeholders)} inputs",
+            kind="placeholder",
+            tooltip=", ".join(
+                f"{_names_label(graph, n.name)}: {n.value}" for n in placeholders
+            ),
+            fill=_style.IO_FILL,
+            shape="ellipse",
+        )
+    eager_keys: dict[int, str] = {}
+    for node in nodes:
+        if node.op == "placeholder":
+            continue
+        if node.partition in parts:
+            index, part = parts[node.partition]  # type: ignore[index]
+            if node.partition not in expand:
+                key = f"{id_prefix}part-{index}"
+                group[node.name] = key
+                if key not in drawn:
+                    drawn[key] = _partition_box(key, index, part, op_counts[part.name])
+                    model.actions[key] = ("partition", part.name)
+                continue
+            key = new_id()
+            group[node.name] = key
+            clusters[part.name].append(
+                _fx_node(
+                    node,
+                    key,
+                    verdicts.get(node.name),
+                    part.state,
+                    node.name in highlight,
+                    True,
+                    graph,
+                )
+            )
+            continue
+        if components is not None and node.name in components:
+            comp = components[node.name]
+            key = eager_keys.get(comp) or new_id()
+            eager_keys[comp] = key
+            group[node.name] = key
+            members[key].append(node)
+            continue
+        key = new_id()
+        group[node.name] = key
+        drawn[key] = _fx_node(
+            node, key, verdicts.get(node.name), "eager", node.name in highlight, True, graph
+        )
+    for key, comp_nodes in members.items():
+        drawn[key] = _eager_box(key, comp_nodes, verdicts)
+    # Boxes standing for several nodes are outlined when any node they hold is highlighted.
+    for key in {group[name] for name in highlight if name in group}:
+        if key in drawn:
+            drawn[key].highlighted = True
+    model.items.extend(drawn.values())
+    for name, body in clusters.items():
+        index, part = parts[name]
+        model.ids[name] = f"{id_prefix}part-{index}"
+        model.items.append(_cluster(index, part, body, model.ids[name]))
+    edges: collections.Counter[tuple[str, str]] = collections.Counter()
+    for node in nodes:
+        dst = group.get(node.name)
+        for src in node.inputs:
+            src_key = group.get(src)
+            if src_key is not None and dst is not None and src_key != dst:
+                edges[(src_key, dst)] += 1
+    model.edges = [
+        _gmodel.Edge(src, dst, f"×{count}" if count > 1 else "")
+        for (src, dst), count in edges.items()
+    ]
+    for node in nodes:
+        model.ids[node.name] = group[node.name]
+    for name, (index, _) in parts.items():
+        if name not in expand:
+            model.ids[name] = f"{id_prefix}part-{index}"
+    model.note = (
+        f"{len(nodes)} nodes: drawn with one box per partition (more than {max_nodes} "
+        "nodes); expand a partition to see its nodes."
+    )
+    if too_big:
+        model.note += (
+            f" {', '.join(sorted(too_big))}: more than {MAX_DRAWN_NODES} nodes, drawn as "
+            "a box (its module tree shows what is inside)."
+        )
+    return model
+
+
+def _names_label(graph: records.GraphRecord, name: str) -> str:
+    bound = graph.source_of(name)
+    return name if bound == name else f"{bound} ({name})"
+
+
+def _eager_box(
+    key: str, nodes: Sequence[FlatNode], verdicts: dict[str, records.Verdict]
+) -> _gmodel.Node:
+    targets = collections.Counter(n.target for n in nodes)
+    reasons = collections.Counter(verdicts[n.name].reason for n in nodes if n.name in verdicts)
+    sources = collections.Counter(
+        verdicts[n.name].source
+        for n in nodes
+        if n.name in verdicts and verdicts[n.name].source
+    )
+    where = "".join(f"\nfrom {s} ({c})" for s, c in sources.most_common(5))
+    return _gmodel.Node(
+        key,
+        f"eager · {len(nodes)} nodes\n" + _top(targets, 3),
+        kind="eager",
+        tooltip="runs in PyTorch: "
+        + "; ".join(f"{r} ({c})" for r, c in reasons.items())
+        + where,
+        fill=_style.EAGER_FILL,
+        line=_style.EAGER_LINE,
+        penwidth=2,
+    )
+
+
+# -- the module tree -------------------------------------------------------------------
+
+
+def tree_of(obj: Any, graph: records.GraphRecord | None = None) -> _hierarchy.Tree:
+    """The module tree of a graph record, a partition (with its ``graph``) or a session
+    (with its ``graph``, for the names its inputs bind)."""
+    if isinstance(obj, records.GraphRecord):
+        return _hierarchy.Tree(_items.graph_items(obj))
+    if isinstance(obj, records.PartitionRecord):
+        nodes = _items.partition_nodes(obj, graph)
+        return _hierarchy.Tree(_items.fx_items(nodes, graph, {obj.name: obj.state}))
+    return _hierarchy.Tree(_items.onnx_items(obj, graph))
+
+
+def module_view(
+    obj: Any,
+    graph: records.GraphRecord | None = None,
+    *,
+    expanded: Sequence[str] | None = None,
+    highlight: Collection[str] = (),
+    id_prefix: str = "",
+    tree: _hierarchy.Tree | None = None,
+    caption: str = "",
+    timeout: float | None = None,
+) -> _dot.Rendered:
+    """Draws a graph, partition or ONNX model as the model's module tree.
+
+    Modules are collapsed to a readable first level (``embeddings``, ``encoder``,
+    ``pooler``), repeated blocks are folded (``layer.0–11 ×12``), and every box says how
+    many ops it holds, in which partitions, and how many stay in PyTorch (in red).
+
+    Args:
+        obj: A graph record, a partition record or a session record.
+        graph: The graph of a partition or session (verdicts, input names).
+        expanded: Module paths to open, oldest first (``None``: the first level).
+        highlight: Keys (FX node names; ONNX node indices as text) to outline.
+        id_prefix: Prefix of the SVG element ids.
+        tree: The module tree, when the caller keeps one (else it is built).
+        caption: The line on top.
+        timeout: Seconds ``dot`` may take.
+
+    Returns:
+        A :class:`~ortlab.views._dot.Rendered` whose ``ids`` map node keys and module
+        paths to SVG ids and whose ``actions`` say what a click on an element means.
+    """
+    tree = tree if tree is not None else tree_of(obj, graph)
+    if isinstance(obj, records.GraphRecord):
+        graph = obj
+    model = _layout.layout(
+        tree,
+        expanded=expanded,
+        highlight=highlight,
+        id_prefix=id_prefix,
+        colors=partition_colors(graph),
+        caption=caption,
+    )
+    return _gmodel.render(model, timeout=timeout)
 
 
 def partition_view(
@@ -531,88 +479,56 @@ def partition_view(
     highlight: Collection[str] = (),
     id_prefix: str = "",
     max_nodes: int = MAX_DRAWN_NODES,
+    timeout: float | None = None,
 ) -> _dot.Rendered:
-    """Draws one partition's FX subgraph (its ATen nodes, inputs and outputs).
+    """Draws one partition's FX subgraph (its ATen nodes, inputs and outputs); above
+    ``max_nodes`` nodes, its module tree.
 
     Args:
         partition: The partition record.
         graph: Its graph record, for the verdicts shown as tooltips.
         highlight: FX node names to outline.
         id_prefix: Prefix of the SVG element ids.
-        max_nodes: Above this many nodes no layout is attempted (a note says so).
+        max_nodes: Above this many nodes the module tree is drawn.
     """
     verdicts = {v.node: v for v in graph.verdicts} if graph is not None else {}
     index = graph.partitions.index(partition) if graph is not None else 0
-    nodes = []
-    for node in partition.graph_module.graph.nodes:
-        verdict = verdicts.get(node.name)
-        target = verdict.target if verdict is not None else target_text(node)
-        inputs = _inputs(node, {})
-        nodes.append(
-            FlatNode(
-                node.name,
-                node.op,
-                target,
-                inputs,
-                partition.name if node.op == "call_function" else None,
-                value_text(node.meta.get("val")),
-            )
-        )
-    ids = {n.name: f"{id_prefix}fx-{i}" for i, n in enumerate(nodes)}
+    nodes = _items.partition_nodes(partition, graph)
     if len(nodes) > max_nodes:
-        return _too_large(len(nodes), max_nodes, ids)
-    lines = ["digraph partition {", _style.GRAPH_ATTRS]
-    caption = (
-        f"{partition.name}: FX subgraph ({sum(n.op == 'call_function' for n in nodes)} ops)"
+        caption = f"{partition.name}: FX subgraph ({len(partition.node_names)} ops), by module"
+        return module_view(
+            partition,
+            graph,
+            highlight=highlight,
+            id_prefix=id_prefix,
+            caption=caption,
+            timeout=timeout,
+        )
+    ops = sum(n.op == "call_function" for n in nodes)
+    model = _gmodel.GraphModel(
+        "partition", f"{partition.name}: FX subgraph ({ops} ops)", node_count=len(nodes)
     )
-    lines.append("graph " + _dot.attrs(label=caption, labelloc="t", labeljust="l") + ";")
-    body = []
-    for node in nodes:
-        stmt = _fx_node_stmt(
+    body: list[_gmodel.Node | _gmodel.Cluster] = []
+    for i, node in enumerate(nodes):
+        node_id = f"{id_prefix}fx-{i}"
+        model.ids[node.name] = node_id
+        model.actions[node_id] = ("item", node.name)
+        drawn = _fx_node(
             node,
-            ids[node.name],
+            node_id,
             verdicts.get(node.name),
             partition.state,
             node.name in highlight,
             True,
+            graph,
         )
-        if node.op == "call_function":
-            body.append(stmt)
-        else:
-            lines.append(stmt)
-    lines.append(_cluster(index, partition, body, len(body), f"{id_prefix}part-{index}"))
-    return _finish(lines, nodes, ids)
-
-
-def _too_large(count: int, limit: int, ids: dict[str, str]) -> _dot.Rendered:
-    return _dot.Rendered(
-        "",
-        None,
-        ids,
-        note=f"{count} nodes: too many to lay out (limit {limit}); see the tables instead.",
-        node_count=count,
-    )
+        (body if node.op == "call_function" else model.items).append(drawn)
+    model.items.append(_cluster(index, partition, body, f"{id_prefix}part-{index}"))
+    model.edges = _edges(nodes, model.ids)
+    return _gmodel.render(model, timeout=timeout)
 
 
 # -- ONNX view ----------------------------------------------------------------------
-
-
-def _onnx_types(model: onnx.ModelProto) -> dict[str, str]:
-    from ortlab.backend import records
-
-    types = {}
-    graph = model.graph
-    for vi in (*graph.input, *graph.output, *graph.value_info):
-        if vi.type.HasField("tensor_type"):
-            try:
-                types[vi.name] = records.value_info_text(vi)
-            except (KeyError, ValueError, TypeError):
-                types[vi.name] = vi.name
-    return types
-
-
-def _metadata(node: onnx.NodeProto, key: str) -> str:
-    return next((p.value for p in node.metadata_props if p.key == key), "")
 
 
 @dataclasses.dataclass
@@ -646,8 +562,9 @@ def provenance(session: records.SessionRecord) -> Provenance:
             fx_to_onnx[name].append(i)
             onnx_to_fx[i] = name
         # FX nodes whose ONNX nodes ortlab folded into this one (Transpose -> Gemm).
-        for folded in filter(None, _metadata(node, records.FOLDED_FX_NODES_KEY).split(",")):
-            fx_to_onnx[folded].append(i)
+        folded = _items.metadata(node, records.FOLDED_FX_NODES_KEY)
+        for name in filter(None, folded.split(",")):
+            fx_to_onnx[name].append(i)
     return Provenance({k: tuple(v) for k, v in fx_to_onnx.items()}, onnx_to_fx)
 
 
@@ -657,130 +574,120 @@ def onnx_node_title(session: records.SessionRecord, index: int) -> str:
     return f"{node.op_type} {node.name}".strip()
 
 
-def _finish(lines: list[str], nodes: Sequence[Any], ids: dict[str, str]) -> Any:
-    """Adds the FX edges between drawn nodes, closes the graph and renders it."""
-    for node in nodes:
-        for src in node.inputs:
-            if src in ids:
-                lines.append(f"{_dot.quote(ids[src])} -> {_dot.quote(ids[node.name])};")
-    lines.append("}")
-    return _dot.render("\n".join(lines), ids, node_count=len(nodes))
-
-
-def _onnx_io_line(key: str, name: str, types: dict[str, str], kind: str) -> str:
-    """DOT statement for an ONNX graph input or output (``kind``: "input" / "output")."""
-    return (
-        f"{_dot.quote(key)} "
-        + _dot.attrs(
-            label=f"{name}\n{types.get(name, '')}",
-            shape="ellipse",
-            fillcolor=_style.IO_FILL,
-            tooltip=f"{kind} {name}: {types.get(name, '?')}",
-            id=key,
-            **{"class": f"ortlab-onnx-{kind}"},
-        )
-        + ";"
-    )
-
-
 def onnx_view(
     session: records.SessionRecord,
     *,
     highlight: Collection[int] = (),
     id_prefix: str = "",
     max_nodes: int = MAX_DRAWN_NODES,
+    graph: records.GraphRecord | None = None,
+    timeout: float | None = None,
 ) -> _dot.Rendered:
-    """Draws a session's ONNX model: op types, tensor shapes (symbolic dims by name).
+    """Draws a session's ONNX model: op types, tensor shapes (symbolic dims by name);
+    above ``max_nodes`` nodes, its module tree (from the exporter's name scopes).
 
-    Initializers are not drawn: the caption counts them, and a node that reads some says
-    how many. Each node's tooltip names the FX node it came from.
+    Initializers and weights are not drawn: the caption counts them, and a node that
+    reads some says how many. Each node's tooltip names the FX node it came from.
 
     Args:
         session: The session record.
         highlight: ONNX node indices to outline.
         id_prefix: Prefix of the SVG element ids.
-        max_nodes: Above this many nodes no layout is attempted (a note says so).
+        max_nodes: Above this many nodes the module tree is drawn.
+        graph: The session's graph record (the names its inputs bind).
 
     Returns:
         A :class:`~ortlab.views._dot.Rendered` whose ``ids`` map the ONNX node index (as
         text) to SVG element ids.
     """
-    model = session.model
-    graph = model.graph
-    ids = {str(i): f"{id_prefix}onnx-{i}" for i in range(len(graph.node))}
-    if len(graph.node) > max_nodes:
-        return _too_large(len(graph.node), max_nodes, ids)
-    types = _onnx_types(model)
-    initializers = {t.name for t in graph.initializer} | {
-        t.values.name for t in graph.sparse_initializer
-    }
-    init_bytes = sum(len(t.raw_data) for t in graph.initializer)
-    producer: dict[str, str] = {}
-    lines = ["digraph onnx {", _style.GRAPH_ATTRS]
-    opset = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-    folded = (
-        f"{len(initializers)} initializers ({init_bytes / 1024:.1f} KiB, not drawn)"
-        if initializers
-        else "no initializers"
-    )
-    caption = (
-        f"{session.partition_name} · session {session.index}: {len(graph.node)} ONNX nodes, "
-        f"{folded} · {opset}"
-    )
-    lines.append("graph " + _dot.attrs(label=caption, labelloc="t", labeljust="l") + ";")
-    for j, vi in enumerate(graph.input):
-        if vi.name in initializers:
+    model_proto = session.model
+    graph_proto = model_proto.graph
+    caption = _onnx_caption(session)
+    if len(graph_proto.node) > max_nodes:
+        return module_view(
+            session,
+            graph,
+            highlight=[str(i) for i in highlight],
+            id_prefix=id_prefix,
+            caption=caption + " · by module",
+            timeout=timeout,
+        )
+    items = _items.onnx_items(session, graph)
+    weights = {i.key for i in items if i.kind == "weight"}
+    model = _gmodel.GraphModel("onnx", caption, node_count=len(graph_proto.node))
+    for item in items:
+        if item.kind == "weight":
             continue
-        key = f"{id_prefix}onnx-in-{j}"
-        producer[vi.name] = key
-        lines.append(_onnx_io_line(key, vi.name, types, "input"))
-    fx_names = []
-    for i, node in enumerate(graph.node):
-        key = ids[str(i)]
-        for out in node.output:
-            if out:
-                producer[out] = key
-        n_init = sum(1 for x in node.input if x in initializers)
-        fx = records.fx_node_of(node)
-        fx_names.append(fx)
+        key = item.key
+        node_id = f"{id_prefix}onnx-{key.replace(':', '-')}"
+        model.ids[key] = node_id
+        if item.kind in ("input", "output"):
+            model.items.append(
+                _gmodel.Node(
+                    node_id,
+                    f"{item.name}\n{item.value}",
+                    kind=f"onnx-{item.kind}",
+                    tooltip=item.tooltip,
+                    fill=_style.IO_FILL,
+                    shape="ellipse",
+                )
+            )
+            continue
+        model.actions[node_id] = ("item", key)
+        node = graph_proto.node[int(key)]
         label = node.op_type if not node.domain else f"{node.op_type}\n({node.domain})"
         if node.name:
             label += f"\n{node.name}"
-        if n_init:
-            label += f"\n+{n_init} initializer{'s' if n_init > 1 else ''}"
-        scopes = _metadata(node, NAME_SCOPES_KEY)
-        tooltip = f"{node.op_type} {node.name}".strip()
-        tooltip += f"\nfrom FX node: {fx}" if fx else "\n(no FX provenance)"
-        if scopes:
-            tooltip += f"\nmodule: {scopes}"
-        extra: dict[str, str] = {}
-        if i in highlight:
-            extra = {"color": _style.HIGHLIGHT, "penwidth": "4"}
-        lines.append(
-            f"{_dot.quote(key)} "
-            + _dot.attrs(
-                label=label, tooltip=tooltip, id=key, **{"class": "ortlab-onnx"}, **extra
+        n_weights = sum(1 for src in item.inputs if src in weights)
+        if n_weights:
+            label += f"\n+{n_weights} weight{'s' if n_weights > 1 else ''}"
+        model.items.append(
+            _gmodel.Node(
+                node_id,
+                label,
+                kind="onnx",
+                tooltip=item.tooltip,
+                fill=_style.FUSED_FILL if node.domain else _style.IDLE_FILL,
+                highlighted=int(key) in highlight,
             )
-            + ";"
         )
-    for j, vi in enumerate(graph.output):
-        key = f"{id_prefix}onnx-out-{j}"
-        lines.append(_onnx_io_line(key, vi.name, types, "output"))
-        src = producer.get(vi.name)
-        if src is not None:
-            lines.append(f"{_dot.quote(src)} -> {_dot.quote(key)};")
-    for i, node in enumerate(graph.node):
-        for name in node.input:
-            src = producer.get(name)
-            if src is not None:
-                label = types.get(name)
-                lines.append(
-                    f"{_dot.quote(src)} -> {_dot.quote(ids[str(i)])}"
-                    + (f" [label={_dot.quote(label)}]" if label else "")
-                    + ";"
+    types = _items.onnx_types(model_proto)
+    by_key = {i.key: i for i in items}
+    for item in items:
+        for src in item.inputs:
+            if src in model.ids and item.key in model.ids:
+                value = _value_between(by_key[src], item, graph_proto)
+                model.edges.append(
+                    _gmodel.Edge(model.ids[src], model.ids[item.key], types.get(value, ""))
                 )
-    lines.append("}")
-    return _dot.render("\n".join(lines), ids, node_count=len(graph.node))
+    return _gmodel.render(model, timeout=timeout)
+
+
+def _onnx_caption(session: records.SessionRecord) -> str:
+    graph = session.model.graph
+    opset = ", ".join(
+        f"{o.domain or 'ai.onnx'} {o.version}" for o in session.model.opset_import
+    )
+    init_bytes = sum(len(t.raw_data) for t in graph.initializer)
+    folded = (
+        f"{len(graph.initializer)} initializers ({init_bytes / 1024:.1f} KiB, not drawn)"
+        if graph.initializer
+        else "no initializers"
+    )
+    return (
+        f"{session.partition_name} · session {session.index}: {len(graph.node)} ONNX nodes, "
+        f"{folded} · {opset}"
+    )
+
+
+def _value_between(src: _items.Item, dst: _items.Item, graph: Any) -> str:
+    """The name of the value ``src`` hands to ``dst`` (for the edge's type label)."""
+    if src.key.startswith("in:"):
+        return src.key[3:]
+    outputs = set(graph.node[int(src.key)].output)
+    if dst.key.startswith("out:"):
+        return graph.output[int(dst.key[4:])].name
+    return next((v for v in graph.node[int(dst.key)].input if v in outputs), "")
 
 
 def highlight_css(element_ids: Iterable[str]) -> str:

@@ -36,6 +36,10 @@ HIGHLIGHT = "#d6007e"
 """The outline of chosen nodes (provenance)."""
 IDLE_FILL = "white"
 """Nodes without a colour of their own (ONNX nodes; nodes not compared)."""
+FUSED_FILL = "#e0ecf4"
+"""ONNX Runtime's fused operators (Attention, SkipLayerNormalization...)."""
+MODULE_FILLS = ("#fbfbfb", "#f3f3f3", "#ebebeb", "#e3e3e3")
+"""Backgrounds of expanded modules, by depth (cycled)."""
 
 PASS_FILL = "#c9f2d0"
 """Numerics: error below 10% of the tolerance."""
@@ -52,6 +56,11 @@ FAIL_TEXT = "#cf222e"
 def partition_color(index: int) -> str:
     """The fill colour of the ``index``-th partition of a graph (same in every view)."""
     return PALETTE[index % len(PALETTE)]
+
+
+def depth_fill(depth: int) -> str:
+    """The background of an expanded module ``depth`` levels below the model."""
+    return MODULE_FILLS[depth % len(MODULE_FILLS)]
 
 
 def error_fill(ratio: float | None) -> str:
@@ -97,6 +106,13 @@ table.ortlab-timeline td:first-child, table.ortlab-timeline th:first-child {{
   white-space: nowrap; font-weight: 600; }}
 table.ortlab-timeline tr.ortlab-reused td {{ color: #777; }}
 .ortlab-root .widget-html-content {{ line-height: 1.4; }}
+.ortlab-zoom button {{ font-size: 11px; padding: 0 6px; margin: 2px 2px 0 0;
+  cursor: pointer; }}
+.ortlab-clickable g.node, .ortlab-clickable g.cluster text {{ cursor: pointer; }}
+.ortlab-group > summary {{ font-weight: normal; }}
+.ortlab-group-eager > summary {{ color: {EAGER_LINE}; font-weight: 600; }}
+.ortlab-ops {{ color: #555; margin: 2px 0 4px 0; }}
+.ortlab-inputs > summary {{ font-weight: normal; }}
 """
 """The stylesheet of every view (class names ``ortlab-*``)."""
 

@@ -27,6 +27,7 @@ class Subject:
     name: str
     backend: OrtBackend
     diff: Any = None
+    profile: Any = None
 
 
 def is_diff_report(obj: Any) -> bool:

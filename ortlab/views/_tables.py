@@ -83,6 +83,7 @@ STEP_LABELS = {
     "support": "support",
     "partition": "partition",
     "guards": "Dynamo guards",
+    "cache": "compile cache",
     "type_promotion": "type promotion",
     "translate": "translate",
     "fuse": "fuse for ORT",

@@ -70,6 +70,9 @@ class TimelineRow:
     last_run: int
     events: tuple[records.TimelineEvent, ...] = ()
     reused: tuple[int, ...] = ()
+    texts: tuple[str, ...] = ()
+    """The events as shown (a session's inputs summarised: ``2 inputs + 199 weights``);
+    empty: the events' own text."""
 
     @property
     def runs(self) -> str:
@@ -82,7 +85,7 @@ class TimelineRow:
     def lines(self) -> list[str]:
         """What happened, one line per event (or one line for reused graphs)."""
         if self.events:
-            return [e.text for e in self.events]
+            return list(self.texts) if self.texts else [e.text for e in self.events]
         what = _numbers(self.reused) if self.reused else "existing graphs"
         return [f"{what} reused, nothing compiled"]
 
@@ -123,11 +126,34 @@ def timeline_rows(obj: Any) -> list[TimelineRow]:
             group.append(events[i])
             i += 1
         gap(next_run, run - 1)
-        rows.append(TimelineRow(run, run, tuple(group)))
+        texts = tuple(_event_text(backend, e) for e in group)
+        rows.append(TimelineRow(run, run, tuple(group), texts=texts))
         compiled.extend(e.graph_index for e in group if e.kind == "graph")
         next_run = max(next_run, run + 1)
     gap(next_run, total_runs)
     return rows
+
+
+def _event_text(backend: Any, event: records.TimelineEvent) -> str:
+    """An event's line, a session's inputs named and summarised (weights counted)."""
+    from ortlab.views import _names
+
+    if event.kind != "session" or event.session_index is None:
+        return event.text
+    graph = next((g for g in backend.graphs if g.index == event.graph_index), None)
+    part = (
+        None
+        if graph is None
+        else next((p for p in graph.partitions if p.name == event.partition_name), None)
+    )
+    session = None if part is None else part.session(event.session_index)
+    if session is None:
+        return event.text
+    inputs = _names.summary(_names.session_inputs(session, graph))
+    return (
+        f"graph {event.graph_index} {event.partition_name}: session {event.session_index} "
+        f"created for {inputs}"
+    )
 
 
 def _ran_again(graph: records.GraphRecord) -> bool:
@@ -287,3 +313,41 @@ def first_call(obj: Any) -> FirstCall:
 def first_call_text(obj: Any) -> str:
     """:attr:`FirstCall.text` of ``obj``'s first call."""
     return first_call(obj).text
+
+
+# -- Dynamo's recompile limit ---------------------------------------------------------
+
+
+def recompile_limit() -> int:
+    """Dynamo's recompile limit (``torch.compiler.config.recompile_limit``)."""
+    import torch
+
+    return int(torch.compiler.config.recompile_limit)
+
+
+def recompile_limit_notes(obj: Any) -> list[str]:
+    """One line per frame Dynamo compiled as often as its recompile limit allows: its
+    later calls with a new shape or dtype run in PyTorch without ortlab, silently; the
+    line says what to do."""
+    from ortlab.views import _subjects
+
+    limit = recompile_limit()
+    compiles: dict[tuple[str, str], set[str]] = {}
+    for g in _subjects.graphs_of(obj):
+        if g.kind == "backward" or not g.compile_id or "/" not in g.compile_id:
+            continue
+        frame_id, attempt = g.compile_id.strip("[]").split("/", 1)
+        compiles.setdefault((frame_id, g.frame or f"frame {frame_id}"), set()).add(
+            attempt.split("_", 1)[0]
+        )
+    return [
+        f"{frame} was compiled {len(attempts)} times, Dynamo's recompile limit "
+        f"(torch.compiler.config.recompile_limit = {limit}): later calls with another "
+        "shape or dtype run in PyTorch, without ortlab, and nothing warns. Compile with "
+        "dynamic=True (ortlab.compile(model, dynamic=True), or %ortcompile --dynamic) so "
+        "that sizes stay symbolic, or raise the limit: "
+        "torch._dynamo.config.cache_size_limit = 64 (torch.compiler.config."
+        "recompile_limit)."
+        for (_, frame), attempts in compiles.items()
+        if len(attempts) >= limit
+    ]

@@ -1,0 +1,153 @@
+"""Provenance through fusion (an FX node inside the fused operator that absorbed it), ONNX
+nodes without a module scope drawn with their readers, the live status line, and the
+notes that say what to do next."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import ortlab
+from ortlab import views, zoo
+from ortlab.views import _fusion, _graphs, _timeline
+
+
+def _compiled_bert(**options):
+    model, args = zoo.get("bert").instantiate()
+    compiled = ortlab.compile(model.eval(), **options)
+    with torch.no_grad():
+        compiled(*args)
+    return compiled.ortlab_backend
+
+
+@pytest.fixture(scope="module")
+def fused_bert():
+    """The zoo's BERT with ortlab's rewrite to ONNX Runtime's fused operators."""
+    return _compiled_bert(ort_fusions=True)
+
+
+def _fx_nodes(part):
+    return {n.name: n for n in part.graph_module.graph.nodes}
+
+
+def _attention_node(part) -> str:
+    nodes = _fx_nodes(part)
+    return next(n for n in nodes if "scaled_dot_product" in str(nodes[n].target))
+
+
+def test_an_fx_node_inside_a_fused_attention_names_it_and_its_companions(fused_bert):
+    part = fused_bert.partitions[0]
+    session = part.sessions[0]
+    found = _fusion.fusions(session, part, optimizer=False)
+    sdpa = _attention_node(part)
+    inside = found.by_fx[sdpa]
+    assert (inside.op, inside.stage) == ("Attention", _fusion.REWRITE)
+    # The Attention holds the query, key and value projections, not the layer's output
+    # projection or its feed-forward (those are FusedMatMul / BiasGelu).
+    targets = [str(_fx_nodes(part)[n].target) for n in inside.fx_nodes]
+    assert sum("addmm" in t for t in targets) == 3, targets
+    assert not any("gelu" in t or "layer_norm" in t for t in targets), targets
+    others = len(inside.fx_nodes) - 1
+    assert found.describe(sdpa) == (
+        f"inside Attention `{inside.node}`, with {others} other nodes ({_fusion.REWRITE})"
+    )
+
+
+def test_the_partition_viewer_says_which_fused_operator_holds_a_node(fused_bert):
+    viewer = views.PartitionViewer(fused_bert)
+    part = fused_bert.partitions[0]
+    viewer.select("fx", _attention_node(part))
+    assert "is inside Attention `" in viewer.provenance.value
+    getitem = next(n for n, node in _fx_nodes(part).items() if "getitem" in str(node.target))
+    viewer.select("fx", getitem)
+    text = viewer.provenance.value
+    assert "inside" in text or "picks output" in text, text
+
+
+def test_onnx_runtime_s_optimizer_fusions_and_folds_are_traced_to_fx_nodes():
+    backend = _compiled_bert(ort_fusions=False)
+    part = backend.partitions[0]
+    session = part.sessions[0]
+    assert not session.fusions
+    found = _fusion.fusions(session, part)
+    assert found.note is None
+    by_optimizer = {a.op for a in found.by_fx.values() if a.stage == _fusion.OPTIMIZER}
+    # ONNX Runtime fuses the attention's transposed matrix products and the layer norms.
+    assert {"FusedMatMul", "SkipLayerNormalization"} <= by_optimizer, by_optimizer
+    assert found.folded  # a constant computed once at load time
+    assert all(found.describe(n).startswith("removed by ONNX Runtime") for n in found.folded)
+    # Without ONNX Runtime's optimized model, only ortlab's own rewrite is read.
+    assert not _fusion.fusions(session, part, optimizer=False).by_fx
+
+
+def test_onnx_nodes_without_a_module_scope_are_drawn_with_the_nodes_reading_them(fused_bert):
+    session = fused_bert.sessions[0]
+    graph = fused_bert.graphs[0]
+    unscoped = [n for n in session.model.graph.node if not _items_scope(n)]
+    assert unscoped  # the fused Attention's weight transposes carry no name_scopes
+    tree = _graphs.tree_of(session, graph)
+    loose = [i.name for i in tree.root.items if i.kind == "op"]
+    assert loose == [], loose
+    names = {n.name for n in unscoped}
+    placed = [i.module for i in tree.items.values() if i.kind == "op" and i.name in names]
+    assert any(".attention" in m for m in placed), placed
+
+
+def _items_scope(node):
+    from ortlab.views import _items
+
+    return _items.onnx_scope(node)[0]
+
+
+# -- the live status line -----------------------------------------------------------------
+
+
+def test_the_status_line_shows_each_step_with_its_time_and_closes_when_done():
+    now = [0.0]
+    status = views.Status("%ortcompile m(x)", live=True, clock=lambda: now[0])
+    shown = []
+    status.show(shown.append)
+    assert shown == [status.widget]
+    status.step("first call")
+    status.note("export fused_0 (3 nodes)")
+    assert "first call: export fused_0 (3 nodes) …" in status.widget.value
+    now[0] += 2.0
+    status.step("numerics")
+    now[0] += 0.05
+    status.done()
+    assert status.timed() == pytest.approx({"first call": 2.0, "numerics": 0.05})
+    assert status.text() == "%ortcompile m(x): first call 2.0 s → numerics 50 ms"
+    assert status.widget.comm is None  # closed: the saved notebook keeps no trace
+
+
+def test_the_compile_phase_is_read_from_the_backend_s_records():
+    from ortlab.views import _status
+
+    part = types.SimpleNamespace(name="fused_0", state="ort", sessions=[], node_names=["a"])
+    graph = types.SimpleNamespace(partitions=[part])
+    backend = types.SimpleNamespace(graphs=[], execution_count=0)
+    assert _status.compile_phase(backend).startswith("Dynamo trace")
+    backend.graphs = [graph]
+    assert _status.compile_phase(backend).startswith("export fused_0 (1 nodes)")
+    part.sessions = [object()]
+    assert _status.compile_phase(backend) == "first run in ONNX Runtime"
+    backend.execution_count = 1
+    assert _status.compile_phase(backend).startswith("eager run")
+
+
+# -- notes that say what to do --------------------------------------------------------------
+
+
+def test_a_frame_at_dynamo_s_recompile_limit_says_to_compile_with_dynamic():
+    compiled = ortlab.compile(lambda x: x * 2 + 1, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for n in (2, 3, 4):  # the third size runs in PyTorch: the limit is reached
+            compiled(torch.randn(n))
+        notes = _timeline.recompile_limit_notes(compiled.ortlab_backend)
+        text = views.Inspector(compiled).text()
+    assert len(notes) == 1, notes
+    assert "compiled 2 times" in notes[0] and "dynamic=True" in notes[0]
+    assert "Note: " + notes[0] in text
+    assert _timeline.recompile_limit_notes(compiled.ortlab_backend) == []  # limit 8 again
