@@ -53,7 +53,7 @@ import torch
 
 import ortlab.backend
 from ortlab import _deps, _harness, _html, errors, profiling
-from ortlab.bench import _engine
+from ortlab.bench import _engine, _format, _machine
 from ortlab.numerics import _compare, _diff, _runner
 
 if TYPE_CHECKING:
@@ -439,6 +439,9 @@ class OrtCompileResult:
             ``ortlab_p10_ms``, ``ortlab_p90_ms``, ``eager_p10_ms``, ``eager_p90_ms``,
             ``speedup`` (eager / ortlab medians), ``calls``, ``warmup``; else ``None``.
         bench_error: Why the timing is missing, when ``--bench`` was asked.
+        lab_seconds: The magic's own time beside the first call: the eager run, the
+            numerics, the timing, the drawing (``0`` until the call ends).
+        lab_steps: Those seconds per step.
         profile: With ``--profile N``, the :class:`~ortlab.profiling.Profile` of the
             compiled call (inference: with the options tried on the model); else ``None``.
         profile_error: Why the profile is missing, when ``--profile`` was asked.
@@ -468,6 +471,8 @@ class OrtCompileResult:
     eager_gradients: dict[str, torch.Tensor | None] | None = None
     grad_max_abs_diff: float | None = None
     bench_error: str | None = None
+    lab_seconds: float = 0.0
+    lab_steps: dict[str, float] = dataclasses.field(default_factory=dict)
     profile: Any = None
     profile_error: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -500,7 +505,8 @@ class OrtCompileResult:
             f"{s['sessions']} session{'s' if s['sessions'] != 1 else ''})",
             f"max abs diff {self.max_abs_diff:.3g}",
             f"first call {self.first_call_seconds:.2f} s"
-            + (" (forward + backward)" if training else ""),
+            + (" (forward + backward)" if training else "")
+            + self._lab_text(),
         ]
         if self.grad_max_abs_diff is not None:
             parts[1] += f", gradients {self.grad_max_abs_diff:.3g}"
@@ -512,13 +518,7 @@ class OrtCompileResult:
         elif self.diff_error:
             parts.append(f"numerics unavailable: {self.diff_error}")
         if self.bench:
-            b = self.bench
-            parts.append(
-                f"median [p10–p90] of {b['calls']:.0f} calls: ortlab {b['ortlab_ms']:.3f} ms "
-                f"[{b['ortlab_p10_ms']:.3f}–{b['ortlab_p90_ms']:.3f}] vs eager "
-                f"{b['eager_ms']:.3f} ms [{b['eager_p10_ms']:.3f}–{b['eager_p90_ms']:.3f}] "
-                f"(speed-up x{b['speedup']:.2f})"
-            )
+            parts.append(_bench_line(self.bench))
         elif self.bench_error:
             parts.append(f"timing failed: {self.bench_error}")
         if self.profile is not None:
@@ -527,7 +527,23 @@ class OrtCompileResult:
             parts.append(f"profile failed: {self.profile_error}")
         if s["failed_partitions"]:
             parts.append(f"{s['failed_partitions']} partition(s) fell back to eager")
+        if not s["graphs"]:
+            parts.append(
+                "no graph reached ortlab: Dynamo ran the call in PyTorch (see the notes)"
+            )
         return " · ".join(parts)
+
+    def _lab_text(self) -> str:
+        """`` · lab 1.9 s (numerics 1.2 s, drawing 0.3 s)``: the lab's own time beside
+        the first call's (``""`` before it is known)."""
+        if self.lab_seconds <= 0:
+            return ""
+        steps = ", ".join(
+            f"{name} {seconds:.1f} s"
+            for name, seconds in self.lab_steps.items()
+            if seconds >= 0.05
+        )
+        return f" · lab {self.lab_seconds:.1f} s" + (f" ({steps})" if steps else "")
 
     def __repr__(self) -> str:
         return f"OrtCompileResult({self.expression}: {self.verdict})"
@@ -605,16 +621,56 @@ def _parse_call(source: str) -> ast.Call:
     return tree.body
 
 
+_NO_GRAPH = (
+    "Dynamo compiled no graph for this call, so it ran in PyTorch without ortlab: it "
+    "computes nothing (Dynamo hands a graph without operations to no backend), the "
+    "function is skipped by Dynamo (torch.compiler.disable, a C extension), or its frame "
+    "reached Dynamo's recompile limit (torch.compiler.config.recompile_limit): compile "
+    "with --dynamic, or raise torch._dynamo.config.cache_size_limit"
+)
+
+
+def _bench_line(b: dict[str, float]) -> str:
+    """The timing in the verdict, three significant digits, and why it cannot be trusted
+    when it cannot (a busy machine, times spread more than twice from p10 to p90)."""
+    ms = _format.fmt3
+    line = (
+        f"median [p10–p90] of {b['calls']:.0f} calls: ortlab {ms(b['ortlab_ms'])} ms "
+        f"[{ms(b['ortlab_p10_ms'])}–{ms(b['ortlab_p90_ms'])}] vs eager "
+        f"{ms(b['eager_ms'])} ms [{ms(b['eager_p10_ms'])}–{ms(b['eager_p90_ms'])}] "
+        f"(speed-up ×{ms(b['speedup'])})"
+    )
+    notes = _bench_trust(b)
+    if notes:
+        line += " — NOT TRUSTWORTHY: " + "; ".join(notes)
+    return line
+
+
+def _bench_trust(b: dict[str, float]) -> list[str]:
+    return _machine.trust_notes(
+        load=b.get("load_avg"),
+        cores=int(b["cores"]) if b.get("cores") else None,
+        spreads={
+            "ortlab": (b["ortlab_p10_ms"], b["ortlab_p90_ms"]),
+            "eager": (b["eager_p10_ms"], b["eager_p90_ms"]),
+        },
+    )
+
+
 def _bench(runs: _runner.Runs, n: int) -> dict[str, float]:
-    """Both sides of ``runs`` timed by the bench engine, in the runs' mode.
+    """Both sides of ``runs`` timed by the bench engine, in the runs' mode, with the
+    machine's load (the larger of before and after) and cores.
 
     Raises:
         OrtlabError: a call failed while being timed.
     """
+    before = _machine.load_average()
     timed = _engine.measure(
         {"ortlab": runs.rerun, "eager": runs.eager_rerun},
         _engine.Timing(warmup=BENCH_WARMUP, iters=n),
     )
+    after = _machine.load_average()
+    loads = [v for v in (before, after) if v is not None]
     for m in timed.values():
         if m.error is not None:
             raise errors.OrtlabError(f"the {m.name} call failed: {m.error}")
@@ -629,6 +685,8 @@ def _bench(runs: _runner.Runs, n: int) -> dict[str, float]:
         "eager_p10_ms": eager.p10_ms,
         "eager_p90_ms": eager.p90_ms,
         "speedup": eager.median_ms / ort.median_ms if ort.median_ms else math.inf,
+        "cores": _machine.usable_cores(),
+        **({"load_avg": max(loads)} if loads else {}),
     }
 
 
@@ -667,15 +725,21 @@ def run_ortcompile(
         options=backend_options,
     )
     backend = ortlab.backend.backend_of(compiled)
+    live = display is not None and _harness.in_notebook()
+    status = views.Status(f"%ortcompile {expression.strip()}", live=live)
+    if display is not None:
+        status.show(display)
+    status.step("first call and eager run")
     # The one compiled call (it compiles) and the eager one; the report reuses its runs.
-    runs = _runner.run_compiled(
-        compiled,
-        functools.partial(callee, **kwargs) if kwargs else callee,
-        args,
-        backend,
-        backward=training,
-        capture=options.diff,
-    )
+    with status.watch(backend):
+        runs = _runner.run_compiled(
+            compiled,
+            functools.partial(callee, **kwargs) if kwargs else callee,
+            args,
+            backend,
+            backward=training,
+            capture=options.diff,
+        )
     result = OrtCompileResult(
         expression=expression.strip(),
         compiled=compiled,
@@ -694,7 +758,10 @@ def run_ortcompile(
         result.gradients = dict(runs.compiled.grads)
         result.eager_gradients = dict(runs.eager.grads)
         result.grad_max_abs_diff = max_abs_diff(result.gradients, result.eager_gradients)
+    if not backend.graphs:
+        result.notes.append(_NO_GRAPH)
     if options.diff:
+        status.step("numerics")
         try:
             result.diff = _diff.compare_runs(
                 runs, atol=options.atol, rtol=options.rtol, backward=training
@@ -702,11 +769,14 @@ def run_ortcompile(
         except Exception as e:  # the compiled result stands; say why numerics are missing
             result.diff_error = errors.describe(e)
     if options.bench:
+        status.step(f"timing {options.bench} calls of each")
         try:
             result.bench = _bench(runs, options.bench)
+            result.notes.extend(_bench_trust(result.bench))
         except errors.OrtlabError as e:
             result.bench_error = str(e)
     if options.profile:
+        status.step("profile")
         try:
             with torch.set_grad_enabled(training):
                 result.profile = profiling.profile(
@@ -714,11 +784,17 @@ def run_ortcompile(
                 )
         except errors.OrtlabError as e:
             result.profile_error = str(e)
+    status.step("drawing")
     result.inspector = views.Inspector(
         backend, diff=result.diff, headline=result.verdict, profile=result.profile
     )
     if display is not None:
         display(result.inspector)
+    status.done()
+    result.lab_seconds = max(0.0, status.seconds - result.first_call_seconds)
+    result.lab_steps = {"eager run": runs.eager.seconds, **status.timed()}
+    result.lab_steps.pop("first call and eager run", None)
+    result.inspector.set_headline(result.verdict)
     return result
 
 

@@ -12,7 +12,7 @@ import torch
 
 import ortlab
 from ortlab import magic, views
-from ortlab.bench import _engine
+from ortlab.bench import _engine, _format
 
 MAGIC_OPTIONS = (
     "-h",
@@ -95,9 +95,11 @@ def test_line_magic_compiles_the_callee_runs_it_and_eager_and_returns_a_result(s
     assert "max abs diff" in r.verdict and "first call" in r.verdict
     assert r.mode == "inference" and r.verdict.startswith("ortlab, inference:")
     assert isinstance(r.inspector, views.Inspector) and r.inspector.backend is backend
-    # The Inspector was displayed (as text in a terminal shell) under the verdict.
+    # The Inspector was displayed (as text in a terminal shell) under the verdict; the
+    # lab's own time joins the verdict once the Inspector is drawn.
     out = capsys.readouterr().out
-    assert r.verdict in out and "soft_clip" in out
+    assert r.verdict.split(" · lab ")[0] in out and "soft_clip" in out
+    assert r.lab_seconds > 0 and f"lab {r.lab_seconds:.1f} s" in r.verdict
     # The result stays usable in later cells: the compiled callee takes new shapes.
     assert run(shell, "y = r.compiled(torch.randn(7, 8)); print(tuple(y.shape))").success
     assert "(7, 4)" in capsys.readouterr().out
@@ -168,9 +170,10 @@ def test_tolerance_and_bench_options_show_in_the_verdict(shell):
     for side in ("ortlab", "eager"):
         assert 0 < b[f"{side}_p10_ms"] <= b[f"{side}_ms"] <= b[f"{side}_p90_ms"]
     assert b["speedup"] == pytest.approx(b["eager_ms"] / b["ortlab_ms"])
+    ms = _format.fmt3
     assert (
-        f"median [p10–p90] of 3 calls: ortlab {b['ortlab_ms']:.3f} ms "
-        f"[{b['ortlab_p10_ms']:.3f}–{b['ortlab_p90_ms']:.3f}] vs eager {b['eager_ms']:.3f} ms"
+        f"median [p10–p90] of 3 calls: ortlab {ms(b['ortlab_ms'])} ms "
+        f"[{ms(b['ortlab_p10_ms'])}–{ms(b['ortlab_p90_ms'])}] vs eager {ms(b['eager_ms'])} ms"
     ) in r.verdict
 
 
@@ -216,6 +219,15 @@ def test_bench_is_timed_by_the_engine_with_warm_up_and_interleaved_blocks(shell,
     # Then blocks of calls, alternating between the two, several rounds of each.
     blocks = [name for name, _ in itertools.groupby(calls[2 * warmup :])]
     assert blocks[:4] == ["ortlab", "eager"] * 2
+
+
+def test_a_call_that_reaches_no_graph_says_so_and_what_to_do(shell):
+    shell.user_ns["same"] = lambda t: t  # no operation: Dynamo compiles no graph
+    assert run(shell, "r = %ortcompile --no-diff same(x)").success
+    r = shell.user_ns["r"]
+    assert not r.backend.graphs
+    assert "no graph reached ortlab" in r.verdict
+    assert any("recompile limit" in n and "--dynamic" in n for n in r.notes), r.notes
 
 
 def test_cell_magic_runs_the_setup_and_compiles_the_last_expression(shell):
