@@ -44,6 +44,9 @@ def test_fx_overlay_colours_nodes_by_error_and_marks_the_first_divergent(planted
     assert f'fillcolor="{_style.PASS_FILL}"' in nodes["addmm_1"]
     assert "penwidth" not in nodes["addmm_1"]
     assert "->" in numerics.fx_overlay(planted, part)
+    # Placeholders are shown as the parameters they bind.
+    placeholders = [a for a in nodes.values() if a.startswith('label="') and "(arg" in a]
+    assert any(".weight (arg" in a for a in placeholders), placeholders
 
 
 def test_onnx_overlay_marks_the_onnx_node_made_from_the_first_divergent_fx_node(planted):

@@ -445,6 +445,10 @@ def _fill_carried_in(
         return
     worst, worst_name = 0.0, ""
     for name, got, ref in zip(cap.partition.input_names, cap.inputs, ref_args):
+        if _identical(got, ref):
+            # The same values (a weight, most often): nothing carried in. Measuring the
+            # error of BERT-base's 199 weights took 21 s of a 28 s comparison.
+            continue
         d = _compare.compare_tensors(name, got, ref, atol=atol, rtol=rtol, scale=0.0)
         if d.max_abs_error > worst or (not worst_name and not d.passed):
             worst, worst_name = d.max_abs_error, name
@@ -453,6 +457,19 @@ def _fill_carried_in(
     ref_outs = ref_out if isinstance(ref_out, (tuple, list)) else (ref_out,)
     result.total_error = _compare.max_abs_error(
         [_compare.compare_tensors("", got, ref) for got, ref in zip(cap.outputs, ref_outs)]
+    )
+
+
+def _identical(got: Any, ref: Any) -> bool:
+    """Whether two values are tensors of one dtype and shape with equal elements (a NaN
+    is never equal: such tensors are compared in full)."""
+    return (
+        isinstance(got, torch.Tensor)
+        and isinstance(ref, torch.Tensor)
+        and got.dtype == ref.dtype
+        and got.shape == ref.shape
+        and got.device == ref.device
+        and bool(torch.equal(got, ref))
     )
 
 

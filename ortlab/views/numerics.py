@@ -34,7 +34,7 @@ import numpy as np
 from ortlab import _deps, _html, errors
 from ortlab.backend import records
 from ortlab.numerics import _findings, _records, _report, _tabular
-from ortlab.views import _dot, _fragments, _graphs, _plots, _style
+from ortlab.views import _dot, _fragments, _graphs, _names, _plots, _style
 
 if TYPE_CHECKING:
     import pandas
@@ -395,10 +395,12 @@ def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
     flips = {f.node: f for f in part.flips}
     first = part.first_divergent
     lines = _header(f"{part.label} FX")
+    graph = report.backend.graphs[part.graph_index]
     for node in record.graph_module.graph.nodes:
         nd = by_name.get(node.name)
         if node.op in ("placeholder", "output"):
-            label = node.name if node.op == "placeholder" else "output"
+            # A placeholder as the parameter or input it binds ("fc1.weight (arg3_1)").
+            label = _names.label(graph, node.name) if node.op == "placeholder" else "output"
             lines.append(_io_stmt(node.name, label, _fill(nd) if nd else _style.IO_FILL))
         else:
             target = nd.target if nd is not None else str(node.target)
