@@ -1,5 +1,10 @@
 """Every private PyTorch API ortlab uses, in one place.
 
+It is over 900 lines on purpose: its one concern is fencing PyTorch's internals, and a
+PyTorch upgrade should break one module, read top to bottom next to its pinning tests,
+not several. Its sections (the backend's, the lab's, the conformance generator's, the
+rewrites') are marked below.
+
 # NOTE: ortlab relies on internals of the PyTorch ONNX exporter, AOTAutograd, Dynamo and
 # FX that carry no stability promise. They are all imported here and nowhere else, so
 # that a PyTorch upgrade breaks one module, and tests/test_torch_private.py pins the
