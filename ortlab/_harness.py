@@ -70,13 +70,44 @@ def fresh_entry(
 _ENTRY_NUMBERS = itertools.count(1)
 
 
+OBJECT_DEPTH = 3
+"""How deep :func:`named_leaves` looks into the attributes of objects that hold tensors."""
+
+
 def named_leaves(value: Any, root: str = "output") -> list[tuple[str, Any]]:
     """``(name, leaf)`` for every value in a nested output, in order.
 
     A single value is named ``root``; values inside a structure ``root`` followed by
-    their key path: ``"output[0]"``, ``"output['logits']"``.
+    their key path: ``"output[0]"``, ``"output['logits']"``. An object that is no
+    structure but holds tensors in its public attributes (``transformers``'
+    ``DynamicCache``: layers of keys and values) stands for those tensors,
+    ``"output['past_key_values'].layers[0].keys"``: compared as an object, two caches
+    are never equal.
     """
-    return [(root + path, leaf) for path, leaf in _torch_private.tree_named_leaves(value)]
+    out: list[tuple[str, Any]] = []
+    for path, leaf in _torch_private.tree_named_leaves(value):
+        out.extend(_tensors_inside(root + path, leaf, OBJECT_DEPTH))
+    return out
+
+
+def _tensors_inside(name: str, leaf: Any, depth: int) -> list[tuple[str, Any]]:
+    """The tensors in ``leaf``'s public attributes, named by their path; ``leaf`` itself
+    when it is a tensor, holds none, or is a module, class or function."""
+    plain = (type, types.FunctionType, types.ModuleType, torch.nn.Module)
+    if isinstance(leaf, torch.Tensor) or isinstance(leaf, plain) or depth == 0:
+        return [(name, leaf)]
+    try:
+        attributes = vars(leaf)
+    except TypeError:  # no __dict__ (numbers, strings, slots)
+        return [(name, leaf)]
+    found = []
+    for attr, value in attributes.items():
+        if attr.startswith("_"):
+            continue
+        for path, sub in _torch_private.tree_named_leaves(value):
+            inside = _tensors_inside(f"{name}.{attr}{path}", sub, depth - 1)
+            found += [(n, v) for n, v in inside if isinstance(v, torch.Tensor)]
+    return found or [(name, leaf)]
 
 
 def tensor_leaves(value: Any) -> list[torch.Tensor]:

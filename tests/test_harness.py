@@ -65,6 +65,28 @@ def test_named_leaves_names_every_value_of_a_nested_output():
     assert [t.shape for t in tensors] == [(1,), (2,)]
 
 
+class _Layer:
+    def __init__(self, keys, values):
+        self.keys, self.values, self.is_initialized = keys, values, True
+
+
+class _Cache:  # the shape of transformers' DynamicCache, which pytree does not flatten
+    def __init__(self, *layers):
+        self.layers = list(layers)
+        self._private = torch.zeros(1)
+
+
+def test_named_leaves_looks_into_objects_that_hold_tensors_like_a_kv_cache():
+    k, v = torch.ones(2), torch.zeros(2)
+    leaves = _harness.named_leaves({"h": torch.ones(1), "cache": _Cache(_Layer(k, v))})
+    assert [n for n, _ in leaves] == [
+        "output['h']", "output['cache'].layers[0].keys", "output['cache'].layers[0].values",
+    ]  # fmt: skip
+    assert leaves[1][1] is k and leaves[2][1] is v
+    empty = _Cache()  # holds no tensor (its private one is not read): kept as it is
+    assert _harness.named_leaves(empty) == [("output", empty)]
+
+
 def test_notebook_and_interactive_follow_the_shell_and_the_terminal(monkeypatch):
     assert not _harness.in_notebook() and not _harness.in_ipython()  # pytest: no IPython
 
