@@ -66,9 +66,10 @@ def test_report_renders_offline_in_chromium_with_working_tabs_and_provenance(bro
     onnx.screenshot(path=str(ARTIFACTS / "report_onnx_view.png"))
 
     section.locator("label", has_text="Timings").click()
-    plot = section.locator('div.ortlab-panel[data-tab="Timings"] img').first
-    plot.wait_for(state="visible")
-    assert page.evaluate("(img) => img.naturalWidth", plot.element_handle()) > 100
+    waterfall = section.locator('div.ortlab-panel[data-tab="Timings"] .ortlab-waterfall')
+    waterfall.first.wait_for(state="visible")
+    bars = waterfall.first.locator("div[style*='position:absolute']")
+    assert bars.count() >= 5 and bars.first.bounding_box()["width"] > 0
     assert not blocked, blocked
     assert not errors, errors
 

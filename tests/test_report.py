@@ -70,7 +70,7 @@ def test_report_is_one_self_contained_html_file_with_every_tab(zoo_backends, tmp
         assert text.count("<svg") >= graphs + sessions + partial
         assert text.count('class="cluster ') >= sum(len(b.partitions) for b in backends)
     images = [a["src"] for t, a in doc.tags if t == "img"]
-    assert len(images) == 2 and all(s.startswith("data:image/png;base64,") for s in images)
+    assert images == []  # the waterfalls are HTML
     assert "soft_clip" in text and "no ONNX translation" in text
     assert "mlp &lt;train&gt;" in text  # the entry name is escaped too
 
@@ -120,7 +120,7 @@ def _report_of(backend, tmp_path):
     tags = {t for t, _ in doc.tags}
     assert tags <= HTML_TAGS | SVG_TAGS, tags - HTML_TAGS - SVG_TAGS
     assert len([t for t, _ in doc.tags if t == "script"]) == 1
-    assert len([t for t, _ in doc.tags if t == "img"]) == 1  # the timings plot only
+    assert not [t for t, _ in doc.tags if t == "img"]  # the timings waterfall is HTML
     return text, doc
 
 
