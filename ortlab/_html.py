@@ -24,7 +24,10 @@ def number(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return str(value)
-        return "0" if value == 0 else f"{value:.3g}"
+        text = f"{value:.3g}"
+        if "e+" in text and abs(value) < 1e6:  # 1.04e+03 ms reads 1040 ms
+            text = f"{float(text):.0f}"
+        return "0" if value == 0 else text
     return str(value)
 
 

@@ -70,3 +70,12 @@ def test_the_magic_s_timing_line_warns_on_a_busy_machine():
     assert "(speed-up ×5.27)" in line and "NOT TRUSTWORTHY" not in line
     line = magic._bench_line(b | {"load_avg": 4.0})
     assert "NOT TRUSTWORTHY: the machine was busy: load average 4 on 2 cores" in line
+
+
+def test_table_numbers_have_three_digits_and_no_exponent_below_a_million():
+    from ortlab import _html
+
+    assert [_html.number(v) for v in (1039.3, 123456.0, 0.5, 4.1)] == [
+        "1040", "123000", "0.5", "4.1",
+    ]  # fmt: skip
+    assert _html.number(2.5e6) == "2.5e+06" and _html.number(3.58e-6) == "3.58e-06"
