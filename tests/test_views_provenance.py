@@ -151,3 +151,21 @@ def test_a_frame_at_dynamo_s_recompile_limit_says_to_compile_with_dynamic():
     assert "compiled 2 times" in notes[0] and "dynamic=True" in notes[0]
     assert "Note: " + notes[0] in text
     assert _timeline.recompile_limit_notes(compiled.ortlab_backend) == []  # limit 8 again
+
+
+@pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")
+def test_the_lab_shows_what_to_do_about_a_missing_translation_and_complex_values():
+    import html
+
+    from ortlab.views import _fragments
+
+    model, args = zoo.get("custom_op").instantiate()
+    custom = ortlab.compile(model)
+    with torch.no_grad():
+        custom(*args)
+    summary = html.unescape(_fragments.summary_html(custom.ortlab_backend))
+    assert "custom_translations={torch.ops.ortlab_zoo.soft_clip: my_onnxscript" in summary
+    complex_ = ortlab.compile(lambda x: (x * 2).real + 1)
+    complex_(torch.randn(3, dtype=torch.complex64))
+    summary = html.unescape(_fragments.summary_html(complex_.ortlab_backend))
+    assert "real/imaginary pairs (torch.view_as_real)" in summary
