@@ -163,6 +163,10 @@ def test_inspector_renders_in_jupyterlab_and_shows_partitions(browser, jupyterla
     # so the widget updated itself.
     inspector.locator(".lm-TabBar-tab", has_text="ONNX").click()
     onnx_choice = inspector.locator(".ortlab-choose-onnx-session select")
+    # (the tab is built when first shown: wait for its choices)
+    onnx_choice.locator("option", has_text="backward").first.wait_for(
+        state="attached", timeout=60_000
+    )
     options = onnx_choice.locator("option").all_inner_texts()
     backward = [i for i, o in enumerate(options) if "backward" in o]
     assert backward, options

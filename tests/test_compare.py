@@ -75,3 +75,15 @@ def test_comparison_renders_in_the_report_above_both_compiles(cnn):
     assert "Modules, largest change first" in html
     assert html.count('data-tab="Profile"') == 2
     assert "<b>defaults</b>" in cmp._repr_html_()
+
+
+def test_many_changes_of_one_kind_are_one_collapsed_line_with_the_rows_inside():
+    from ortlab.profiling import Change, Comparison
+    from ortlab.views import _compare
+
+    weights = [Change("frozen", f"arg{i}", "input", "initializer", f"w{i}") for i in range(40)]
+    cmp = Comparison(("a", "b"), [Change("option", "freeze_parameters", False, True), *weights])
+    html = _compare.changes_html(cmp)
+    assert '<details class="ortlab-changes"><summary>40 rows: w0, w1, w2, …' in html
+    assert "w39" in html  # every row is there
+    assert "freeze_parameters" in html.split("<details")[0]  # one option: shown as it is

@@ -100,6 +100,10 @@ def headline_html(cmp: Comparison) -> str:
     return "".join(parts)
 
 
+FOLD_ROWS = 10
+"""A group of changes with more rows than this is one collapsed line."""
+
+
 def changes_html(cmp: Comparison) -> str:
     """Everything that differs in the records, grouped."""
     a, b = cmp.labels
@@ -111,7 +115,16 @@ def changes_html(cmp: Comparison) -> str:
         if not rows:
             continue
         out.append(f"<h4>{_html.esc(title)}</h4>")
-        out.append(_html.table(("", a, b, ""), [(c.key, c.a, c.b, c.detail) for c in rows]))
+        table = _fragments.paged_table(
+            ("", a, b, ""), [(c.key, c.a, c.b, c.detail) for c in rows]
+        )
+        if len(rows) > FOLD_ROWS:  # BERT-base's 201 frozen weights: one line, opened on click
+            names = ", ".join(c.detail or c.key for c in rows[:3])
+            table = (
+                f'<details class="ortlab-changes"><summary>{len(rows)} rows: '
+                f"{_html.esc(names)}, …</summary>{table}</details>"
+            )
+        out.append(table)
     return "".join(out)
 
 
