@@ -82,7 +82,8 @@ def test_many_changes_of_one_kind_are_one_collapsed_line_with_the_rows_inside():
     from ortlab.views import _compare
 
     weights = [Change("frozen", f"arg{i}", "input", "initializer", f"w{i}") for i in range(40)]
-    cmp = Comparison(("a", "b"), [Change("option", "freeze_parameters", False, True), *weights])
+    option = Change("option", "freeze_parameters", False, True)
+    cmp = Comparison(("a", "b"), [option, *weights])
     html = _compare.changes_html(cmp)
     assert '<details class="ortlab-changes"><summary>40 rows: w0, w1, w2, …' in html
     assert "w39" in html  # every row is there
