@@ -370,6 +370,8 @@ def test_inspector_has_the_tabs_and_the_partition_viewer_follows_choices(trainin
     summary = inspector._view(0).html("Summary")
     assert "soft_clip" in summary and "no ONNX translation" in summary
     assert "ortlab-waterfall" in inspector._view(0).html("Timings")
+    with pytest.raises(KeyError, match="the tabs are Summary, Partitions"):
+        inspector._view(0).tab("Numerics")  # no DiffReport given: no such tab
 
 
 @needs_dot

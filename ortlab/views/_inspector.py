@@ -88,8 +88,10 @@ class _SubjectView:
 
     def tab(self, title: str) -> Any:
         """The form of the tab titled ``title`` (built now if it was not yet)."""
-        index = next(i for i, t in enumerate(self.specs) if t.title == title)
-        return self.show(index)
+        titles = [t.title for t in self.specs]
+        if title not in titles:
+            raise KeyError(f"no tab {title!r} here; the tabs are {', '.join(titles)}")
+        return self.show(titles.index(title))
 
     def html(self, title: str) -> str:
         """The current HTML of an HTML tab (Summary, Sessions, Timings)."""
