@@ -28,7 +28,7 @@ import torch
 import ortlab.backend
 from ortlab import _html, errors, zoo
 from ortlab.backend import _torch_private
-from ortlab.bench import _coverage, _coverage_report, _engine, _machine
+from ortlab.bench import _coverage, _coverage_report, _engine, _grads, _machine
 from ortlab.numerics import _compare
 
 
@@ -150,7 +150,7 @@ def corpus_coverage(
     *,
     out_dir: str | os.PathLike[str] = "reports",
     inductor: str | Sequence[str] | None = _coverage.INDUCTOR_GRADS,
-    train_steps: int = 1,
+    train_steps: int = _grads.TRAIN_STEPS,
     timing: bool = True,
     floor: bool = True,
     echo: bool = True,
@@ -162,7 +162,7 @@ def corpus_coverage(
         out_dir: Folder of the two files (created if missing).
         inductor: Models whose inductor gradients are also checked (a selection, or
             ``None`` / ``"none"`` for none); only those of ``selection`` run.
-        train_steps: Training steps of the gradient check.
+        train_steps: SGD steps of the training check (0: no training).
         timing: Time ortlab, eager (and the floor) for the latency ratios.
         floor: Build and time the bare-ORT floor.
         echo: Print a line per model to stderr as it finishes.

@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _corpus_demo(args: argparse.Namespace) -> int:
@@ -23,12 +24,13 @@ def _corpus_demo(args: argparse.Namespace) -> int:
         flush=True,
     )
     # (no --inductor: corpus_coverage's default selection)
-    chosen = {} if args.inductor is None else {"inductor": args.inductor}
+    chosen: dict[str, Any] = {} if args.inductor is None else {"inductor": args.inductor}
+    if args.steps is not None:  # else corpus_coverage's default (_grads.TRAIN_STEPS)
+        chosen["train_steps"] = args.steps
     rows, markdown, paths = _demo.corpus_coverage(
         args.models or None,
         out_dir=args.out,
         **chosen,
-        train_steps=args.steps,
         timing=not args.no_timing,
         floor=not args.no_floor,
     )
@@ -219,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "subset, resnet18 and mobilenet_v2)",
     )
     demo.add_argument(
-        "--steps", type=int, default=1, help="--corpus: training steps of the gradient check"
+        "--steps",
+        type=int,
+        default=None,
+        help="--corpus: SGD steps of the training check (default: the check's own, 10; "
+        "0: no training)",
     )
     demo.add_argument(
         "--no-timing", action="store_true", help="--corpus: no latency measurement"
