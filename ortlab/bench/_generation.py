@@ -56,7 +56,7 @@ PROMPT = 32
 NEW_TOKENS = 64
 """Tokens generated (``min_new_tokens`` = ``max_new_tokens``: no early end)."""
 
-TIMING: dict[str, Any] = dict(warmup=1, min_time=3.0, min_iters=3, max_iters=20)
+TIMING: dict[str, Any] = dict(warmup=1, min_time=2.0, min_iters=3, max_iters=20)
 _FAST_TIMING: dict[str, Any] = dict(warmup=0, min_time=0.0, min_iters=1, max_iters=2)
 
 

@@ -30,6 +30,7 @@ from torch import nn
 
 import ortlab.backend
 from ortlab import errors
+from ortlab.backend import _torch_private
 from ortlab.bench import _backends, _engine, _format, _machine
 from ortlab.zoo import _hf, _model
 
@@ -39,7 +40,7 @@ TRAINING_BACKENDS = ("eager", "inductor", "ortlab")
 LEARNING_RATE = 1e-3
 """The SGD step size (no momentum, no weight decay)."""
 
-TIMING: dict[str, Any] = dict(warmup=2, min_time=2.0, min_iters=7, max_iters=200)
+TIMING: dict[str, Any] = dict(warmup=1, min_time=1.5, min_iters=5, max_iters=200)
 _FAST_TIMING: dict[str, Any] = dict(warmup=1, min_time=0.02, min_iters=2, max_iters=5)
 
 
@@ -400,6 +401,7 @@ def run_training(
         rows = []
         with _engine.settled_heap() as settle:
             for spec in specs:
+                _torch_private.reset_dynamo()  # the previous model's compiled code goes
                 settle()
                 rows += bench_training_model(spec, backends, tiny=fast, **timing)
     finally:
