@@ -171,6 +171,32 @@ def test_a_translation_conformance_rejects_stays_eager_only_when_its_bad_output_
     assert sort.supported and sort.rule == "translated"
 
 
+def test_a_custom_translation_is_the_users_word_not_the_tables(registry):
+    """The table checks the exporter's translations: an op the user translates runs with
+    that translation, whatever the table says about torchlib's (an override of as_strided
+    or of sort must reach ONNX Runtime)."""
+    target = "aten.sort.default"
+    table = _table(
+        target,
+        "float32/contiguous/descending=False",
+        status="fails",
+        reason="output 1 differs",
+        outputs=(1,),
+    )
+    x = torch.randn(6)
+    for custom in (torch.ops.aten.sort.default, torch.ops.aten.sort):
+        verdicts, _ = _verdicts(
+            lambda x: torch.sort(x),
+            x,
+            registry=registry,
+            conformance=table,
+            custom_ops=frozenset({custom}),
+        )
+        sort = next(v for v in verdicts.values() if v.target == target)
+        assert sort.supported and sort.rule == "custom-translation", sort
+        assert "custom_translations[aten.sort.default]" in sort.reason
+
+
 def test_verified_translations_say_so_and_unsampled_forms_say_not_verified(registry):
     table = _table("aten.sin.default", "float32/contiguous", status="verified", samples=3)
     verdicts, _ = _verdicts(

@@ -232,6 +232,7 @@ class OrtBackend:
                 input_aliases=_support.input_alias_outputs(work) if keep_input_aliases else {},
                 storage_readers=_rewrites.storage_readers_kept_in_pytorch(work),
                 min_partition_size=self._options.min_partition_size,
+                custom_ops=frozenset(op for op, _ in self._options.custom_translations or ()),
             )
         )
         verdicts = [support.verdict(n) for n in work.graph.nodes if n.op == "call_function"]

@@ -16,7 +16,9 @@ reason a person can act on.
 # A registered translation is not trusted on its own word: the conformance table
 # (:mod:`ortlab.backend._conformance`, from PyTorch's OpInfo samples run through
 # ONNX Runtime) rejects the (op, dtype, form)s whose translation disagrees with PyTorch
-# for the outputs the graph reads, and says which supported nodes were verified.
+# for the outputs the graph reads, and says which supported nodes were verified. The
+# table checks the exporter's translations: an op the user translates
+# (``custom_translations``) is the user's word, taken before the table is read.
 #
 # Graph-level analyses (views of graph inputs returned as outputs, storage reads that
 # the ONNX value cannot honour) are computed once per graph and handed to the rules as
@@ -85,6 +87,8 @@ class Facts:
     min_partition_size: int = 1
     conformance: _conformance.Table | None = None
     """The conformance table (``None``: the package's)."""
+    custom_ops: frozenset[Any] = frozenset()
+    """The ops of ``OrtBackendOptions.custom_translations`` (overloads or packets)."""
     verdict_of: Callable[[torch.fx.Node], records.Verdict] | None = None
     """The verdict of another node of the graph (``getitem`` follows its producer)."""
 
@@ -339,6 +343,21 @@ def _no_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
     )
 
 
+def _custom_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """The user translates the op (``custom_translations``): it runs in ONNX Runtime
+    with that translation. The conformance table, which checks the exporter's
+    translations, says nothing about it."""
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    if target not in facts.custom_ops and (packet is None or packet not in facts.custom_ops):
+        return None
+    return Decision(
+        True,
+        f"translated by custom_translations[{target_text(target)}] (yours: ortlab's "
+        "conformance table checks the exporter's translations, not this one)",
+    )
+
+
 _PLACEHOLDER_OUTPUTS: dict[str, str] = {
     "_scaled_dot_product_flash_attention": "logsumexp and the RNG state",
     "_scaled_dot_product_efficient_attention": "logsumexp and the RNG state",
@@ -465,6 +484,7 @@ RULES: tuple[Rule, ...] = (
     Rule("random", _random),
     Rule("batch-norm-training", _batch_norm_training),
     Rule("no-translation", _no_translation),
+    Rule("custom-translation", _custom_translation),
     Rule("placeholder-outputs", _placeholder_outputs),
     Rule("disagrees-with-pytorch", _disagrees_with_pytorch),
     Rule("verified", _verified),
