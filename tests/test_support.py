@@ -148,19 +148,26 @@ def _table(target, key, **row):
     return _conformance.Table({target: {key: _conformance.Finding(**row)}}, {})
 
 
-def test_a_translation_conformance_rejects_stays_eager_only_when_its_bad_output_is_used(
-    registry,
-):
-    """A wrong auxiliary output only matters when the graph reads it (AOTAutograd saves
-    such outputs for the backward)."""
-    target = "aten.sort.default"
-    table = _table(
-        target,
+_SORT = "aten.sort.default"
+
+
+def _sort_output_1_fails():
+    """A table saying sort's translation is wrong on output 1 (indices) for float32."""
+    return _table(
+        _SORT,
         "float32/contiguous/descending=False",
         status="fails",
         reason="output 1 differs",
         outputs=(1,),
     )
+
+
+def test_a_translation_conformance_rejects_stays_eager_only_when_its_bad_output_is_used(
+    registry,
+):
+    """A wrong auxiliary output only matters when the graph reads it (AOTAutograd saves
+    such outputs for the backward)."""
+    target, table = _SORT, _sort_output_1_fails()
     x = torch.randn(6)
     used, _ = _verdicts(lambda x: torch.sort(x), x, registry=registry, conformance=table)
     sort = next(v for v in used.values() if v.target == target)
@@ -175,14 +182,7 @@ def test_a_custom_translation_is_the_users_word_not_the_tables(registry):
     """The table checks the exporter's translations: an op the user translates runs with
     that translation, whatever the table says about torchlib's (an override of as_strided
     or of sort must reach ONNX Runtime)."""
-    target = "aten.sort.default"
-    table = _table(
-        target,
-        "float32/contiguous/descending=False",
-        status="fails",
-        reason="output 1 differs",
-        outputs=(1,),
-    )
+    target, table = _SORT, _sort_output_1_fails()
     x = torch.randn(6)
     for custom in (torch.ops.aten.sort.default, torch.ops.aten.sort):
         verdicts, _ = _verdicts(

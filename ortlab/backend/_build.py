@@ -447,14 +447,7 @@ def _from_cache(request: Request, hit: _cache.Hit, runner_kwargs: dict[str, Any]
     placeholders = record.input_names
     note = f"from the compile cache (entry {hit.key[:12]})"
     session_record = records.SessionRecord(
-        partition_name=record.name,
-        index=len(record.sessions) + record.dropped_sessions,
-        model=model,
-        input_names=tuple(i.name for i in model.graph.input),
-        output_names=tuple(o.name for o in model.graph.output),
-        input_value_infos=tuple(model.graph.input),
-        output_value_infos=tuple(model.graph.output),
-        providers=tuple(session.get_providers()),
+        **_model_fields(record, model, session),
         export_method="cache",
         export_seconds=hit.seconds,
         session_seconds=timings["session"],
@@ -613,6 +606,22 @@ def _dump_step(request: Request, model_bytes: bytes) -> tuple[tuple[str, ...], s
     return files, None
 
 
+def _model_fields(
+    record: records.PartitionRecord, model: onnx.ModelProto, session: Any
+) -> dict[str, Any]:
+    """The fields of a SessionRecord that its model and session give (built or cached)."""
+    return dict(
+        partition_name=record.name,
+        index=len(record.sessions) + record.dropped_sessions,
+        model=model,
+        input_names=tuple(i.name for i in model.graph.input),
+        output_names=tuple(o.name for o in model.graph.output),
+        input_value_infos=tuple(model.graph.input),
+        output_value_infos=tuple(model.graph.output),
+        providers=tuple(session.get_providers()),
+    )
+
+
 def _record_step(
     request: Request,
     exported: _export.ExportedModel,
@@ -633,14 +642,7 @@ def _record_step(
         "" if picked.given_up_seconds else exported.fusion_note, picked.note
     )
     session_record = records.SessionRecord(
-        partition_name=record.name,
-        index=len(record.sessions) + record.dropped_sessions,
-        model=model,
-        input_names=tuple(i.name for i in model.graph.input),
-        output_names=tuple(o.name for o in model.graph.output),
-        input_value_infos=tuple(model.graph.input),
-        output_value_infos=tuple(model.graph.output),
-        providers=tuple(runner.session.get_providers()),
+        **_model_fields(record, model, runner.session),
         export_method=exported.method,
         export_seconds=sum(timings.get(k, 0.0) for k in records.EXPORT_STEPS),
         session_seconds=timings["session"],
