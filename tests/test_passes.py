@@ -229,3 +229,63 @@ def test_the_session_records_which_clean_up_changed_its_model():
     (session,) = compiled.ortlab_backend.sessions
     assert session.onnx_passes["MatMulOverLeadingDims"] is True
     assert "MatMulOverLeadingDims" in dict(session.rows())["clean-ups that changed it"]
+
+
+class _PadConvRelu6(nn.Module):
+    """TF-style "same" padding and ReLU6: what MobileNetV2 in transformers does."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return nn.functional.relu6(self.bn(self.conv(nn.functional.pad(x, (1, 1, 1, 1)))))
+
+
+def _ops(session):
+    return [n.op_type for n in session.model.graph.node]
+
+
+def test_inference_partitions_run_onnxscript_s_optimizer():
+    model, x = _PadConvRelu6().eval(), torch.randn(1, 3, 16, 16)
+    compiled = ortlab.compile(model, freeze_parameters=True, compile_cache=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    (session,) = compiled.ortlab_backend.sessions
+    # The pad folded into the convolution, the frozen BatchNorm into its weights, the
+    # ReLU6 bounds constants: what ONNX Runtime fuses into one Conv+Clip.
+    assert _ops(session) == ["Conv", "Clip"]
+    assert session.onnx_passes["OnnxscriptOptimizer"] is True
+    assert "optimize" in session.timings
+
+
+def test_training_graphs_and_transforms_keep_the_translation():
+    model, x = _PadConvRelu6().train(), torch.randn(1, 3, 16, 16, requires_grad=True)
+    compiled = ortlab.compile(model, compile_cache=False)
+    compiled(x).sum().backward()
+    for session in compiled.ortlab_backend.sessions:
+        assert "OnnxscriptOptimizer" not in session.onnx_passes
+    seen = []
+    compiled = ortlab.compile(
+        model.eval(), compile_cache=False, pre_ort_model_transforms=[seen.append]
+    )
+    with torch.no_grad():
+        compiled(x)
+    assert "Pad" in [n.op_type for n in seen[0].graph.node]
+
+
+def test_an_optimizer_that_raises_leaves_the_partition_as_translated(monkeypatch):
+    def broken(self, model):
+        raise RuntimeError("planted optimizer failure")
+
+    monkeypatch.setattr(_passes.OnnxscriptOptimizer, "call", broken)
+    model, x = _PadConvRelu6().eval(), torch.randn(1, 3, 16, 16)
+    compiled = ortlab.compile(model, compile_cache=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    (session,) = compiled.ortlab_backend.sessions
+    assert "Pad" in _ops(session) and session.onnx_passes["OnnxscriptOptimizer"] is False
+    assert "onnxscript's optimizer failed (RuntimeError: planted optimizer failure)" in (
+        session.fusion_note
+    )

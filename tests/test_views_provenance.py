@@ -76,10 +76,61 @@ def test_onnx_runtime_s_optimizer_fusions_and_folds_are_traced_to_fx_nodes():
     by_optimizer = {a.op for a in found.by_fx.values() if a.stage == _fusion.OPTIMIZER}
     # ONNX Runtime fuses the attention's transposed matrix products and the layer norms.
     assert {"FusedMatMul", "SkipLayerNormalization"} <= by_optimizer, by_optimizer
-    assert found.folded  # a constant computed once at load time
-    assert all(found.describe(n).startswith("removed by ONNX Runtime") for n in found.folded)
     # Without ONNX Runtime's optimized model, only ortlab's own rewrite is read.
     assert not _fusion.fusions(session, part, optimizer=False).by_fx
+
+
+class _LargeConstant(torch.nn.Module):
+    """A constant expression onnxscript's optimizer folds in part: the 100x100 arange
+    yes, its view and transpose no (inputs over 8,192 elements), ONNX Runtime at load."""
+
+    def forward(self, x):
+        return x + torch.arange(10_000.0).view(100, 100).t()
+
+
+def test_folds_at_export_and_at_load_are_traced_to_fx_nodes():
+    compiled = ortlab.compile(_LargeConstant(), compile_cache=False)
+    with torch.no_grad():
+        compiled(torch.randn(100, 100))
+    backend = compiled.ortlab_backend
+    session, part = backend.sessions[0], backend.partitions[0]
+    found = _fusion.fusions(session, part)
+    assert found.optimized_away and found.folded, found
+    by_target = {n.name: str(n.target) for n in part.graph_module.graph.nodes}
+    assert {by_target[n] for n in found.optimized_away} == {"aten.arange.default"}
+    assert {by_target[n] for n in found.folded} >= {"aten.t.default"}, found.folded
+    for name in found.optimized_away:
+        assert found.describe(name).startswith("removed by onnxscript's optimizer")
+    for name in found.folded:
+        assert found.describe(name).startswith("removed by ONNX Runtime")
+
+
+def test_a_pad_and_batch_norm_folded_into_a_convolution_stay_traced():
+    class PadConvBn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.bn = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn(self.conv(torch.nn.functional.pad(x, (1, 1, 1, 1))))
+
+    model = PadConvBn().eval()
+    compiled = ortlab.compile(model, freeze_parameters=True, compile_cache=False)
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    backend = compiled.ortlab_backend
+    session, part = backend.sessions[0], backend.partitions[0]
+    assert [n.op_type for n in session.model.graph.node] == ["Conv"]
+    assert session.onnx_passes["OnnxscriptOptimizer"] is True
+    (names,) = ortlab.profiling.model_to_fx(session.model.graph, part.graph_module.graph)
+    targets = sorted(str(n.target) for n in part.graph_module.graph.nodes if n.name in names)
+    assert targets == [
+        "aten._native_batch_norm_legit_no_training.default",
+        "aten.constant_pad_nd.default",
+        "aten.convolution.default",
+    ]
 
 
 def test_onnx_nodes_without_a_module_scope_are_drawn_with_the_nodes_reading_them(fused_bert):

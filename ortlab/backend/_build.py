@@ -273,6 +273,8 @@ class Request:
     providers: list[_session.Provider]
     fuse: bool | None
     """``OrtBackendOptions.ort_fusions`` for an inference partition; ``False``."""
+    optimize: bool
+    """Run onnxscript's optimizer on the exported model (an inference partition)."""
     keep_last_run: bool
     cache: _cache.CompileCache | None = None
     """The compile cache (``None``: off)."""
@@ -424,6 +426,7 @@ def _cache_key(request: Request, static: bool) -> str | None:
             options=request.options,
             providers=request.providers,
             fuse=request.fuse,
+            optimize=request.optimize,
             threads=torch.get_num_threads(),
         )
     except _cache.Unkeyable:
@@ -488,6 +491,7 @@ def _export_step(
         registry=request.registry,
         custom_translations=tuple(options.custom_translations or ()),
         fuse=fuse,
+        optimize=request.optimize,
     )
     _export.add_timings(timings, exported.timings)
     return exported

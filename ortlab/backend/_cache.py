@@ -295,6 +295,7 @@ def partition_key(
     options: Any,
     providers: Iterable[tuple[str, Mapping[str, Any]]],
     fuse: bool | None,
+    optimize: bool,
     threads: int,
 ) -> str:
     """The key of a partition's session (see the module's NOTE).
@@ -317,6 +318,7 @@ def partition_key(
     fields = [
         f"opset={options.opset_version}",
         f"fuse={fuse}",
+        f"optimize={optimize}",
         f"threads={options.intra_op_threads}/{threads}",
         f"session_options={options.ort_session_options is not None}",
         f"dynamic={options.dynamic_shapes}/{static}",

@@ -440,6 +440,9 @@ class OrtPartitionModule:
                 single=self._single,
                 providers=self._providers(args),
                 fuse=fuse,
+                # pre_ort_model_transforms edit the model as translated: the optimizer
+                # would fold the constants and nodes they look for.
+                optimize=self._allow_freeze and not options.pre_ort_model_transforms,
                 keep_last_run=self._allow_freeze and options.keep_last_run,
                 cache=self._context.cache,
             )

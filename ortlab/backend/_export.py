@@ -6,7 +6,8 @@
 #   copy graph  ->  [static: re-propagate concrete shapes]  ->  fill schema defaults
 #     ->  type promotion (skipped when every tensor has one floating dtype)
 #     ->  translate (torchlib)  ->  [freeze: params become initializers]
-#     ->  ortlab's passes, remove unused nodes  ->  [ONNX Runtime fusions (_fusions)]
+#     ->  ortlab's passes, remove unused nodes  ->  [inference: onnxscript's optimizer]
+#     ->  [ONNX Runtime fusions (_fusions)]
 #     ->  serialize  ->  pre_ort_model_transforms
 #
 # The partition's own GraphModule is never modified: it stays the eager fallback and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -190,6 +192,23 @@ def _freeze_inputs(model: Any, frozen: Mapping[int, torch.Tensor]) -> None:
     model.graph.inputs.extend(keep)
 
 
+def _optimize(
+    model: Any, timings: dict[str, float], passes: dict[str, bool]
+) -> Exception | None:
+    """Runs ``_passes.OnnxscriptOptimizer`` on ``model``; what it raised (the model may
+    then be half rewritten), else ``None``."""
+    start = time.perf_counter()
+    name = _passes.OnnxscriptOptimizer.__name__
+    try:
+        passes[name] = _passes.OnnxscriptOptimizer()(model).modified
+    except Exception as e:
+        passes[name] = False
+        return e
+    finally:
+        timings["optimize"] = time.perf_counter() - start
+    return None
+
+
 def _translate_direct(
     gm: torch.fx.GraphModule,
     *,
@@ -199,6 +218,7 @@ def _translate_direct(
     opset_version: int | None,
     registry: Any,
     fuse: bool | None,
+    optimize: bool,
     timings: dict[str, float],
     passes: dict[str, bool],
 ) -> tuple[onnx.ModelProto, bool, dict[str, int], str, onnx.ModelProto | None]:
@@ -209,7 +229,9 @@ def _translate_direct(
 
     ``fuse``: ``None`` where the graph has a pattern's first op, ``True`` always,
     ``False`` never. A fusion that raises is reported in the note and the partition
-    translated again without it (the rewrite may have left the model half done).
+    translated again without it (the rewrite may have left the model half done); so is
+    onnxscript's optimizer (``optimize``, see ``_passes.OnnxscriptOptimizer``), which
+    runs where no fusion does (the fusions run it first themselves).
     """
     import onnx_ir as ir
 
@@ -238,10 +260,31 @@ def _translate_direct(
     passes.update(clean_ups.modified_by)
     timings["translate"] = time.perf_counter() - start
 
+    again = functools.partial(
+        _translate_direct,
+        gm,
+        name=name,
+        static_args=static_args,
+        frozen=frozen,
+        opset_version=opset_version,
+        registry=registry,
+        passes=passes,
+    )
+    fused = _fusions.wanted(model, fuse)
+    if optimize and not fused:  # the fusions run the same optimizer first
+        failed = _optimize(model, timings, passes)
+        if failed is not None:
+            unoptimized: dict[str, float] = {}
+            retried = again(fuse=fuse, optimize=False, timings=unoptimized)
+            add_timings(timings, unoptimized)
+            why = (
+                f"onnxscript's optimizer failed ({errors.describe(failed)}); runs unoptimized"
+            )
+            return (*retried[:3], _fusions.join_notes(why, retried[3]), retried[4])
+
     fusions: dict[str, int] = {}
     note = ""
     unfused_proto = None
-    fused = _fusions.wanted(model, fuse)
     if fused:
         start = time.perf_counter()
         if fuse is None:
@@ -251,19 +294,9 @@ def _translate_direct(
         except Exception as e:
             timings["fuse"] = time.perf_counter() - start
             unfused: dict[str, float] = {}
-            proto, _, _, _, _ = _translate_direct(
-                gm,
-                name=name,
-                static_args=static_args,
-                frozen=frozen,
-                opset_version=opset_version,
-                registry=registry,
-                fuse=False,
-                timings=unfused,
-                passes=passes,
-            )
+            proto, _, _, note, _ = again(fuse=False, optimize=optimize, timings=unfused)
             add_timings(timings, unfused)
-            return proto, False, {}, _fusions.failed_note(e), None
+            return proto, False, {}, _fusions.join_notes(_fusions.failed_note(e), note), None
         timings["fuse"] = time.perf_counter() - start
         if not fusions:
             note = _fusions.NO_PATTERNS_NOTE
@@ -371,6 +404,7 @@ def export_partition(
     registry: Any = None,
     custom_translations: Sequence[tuple[Any, Callable[..., Any]]] = (),
     fuse: bool | None = False,
+    optimize: bool = False,
 ) -> ExportedModel:
     """Exports one partition for the input schema of ``args``.
 
@@ -390,6 +424,8 @@ def export_partition(
             has a pattern's first op, keeping the model as it was before (to be timed
             against the fused one) unless ``transforms`` are given; ``True`` always,
             ``False`` never (the re-tracing fallback never does).
+        optimize: Run onnxscript's optimizer on the translated model (an inference
+            partition: see ``_passes.OnnxscriptOptimizer``).
 
     Raises:
         ExportError: neither the direct translation nor re-tracing produced a model, or
@@ -415,6 +451,7 @@ def export_partition(
                     opset_version=opset_version,
                     registry=registry,
                     fuse=fuse,
+                    optimize=optimize,
                     timings=timings,
                     passes=passes,
                 )

@@ -290,8 +290,9 @@ class OrtBackendOptions:
     """Callables applied in order to each exported ``onnx.ModelProto`` (in place) before
     ONNX Runtime sees it: the model after ONNX Runtime's fused operators (``ort_fusions``;
     turn those off to edit the unfused graph), which is then not checked against PyTorch
-    (the transforms change it on purpose). A transform that raises makes that partition
-    run in PyTorch."""
+    (the transforms change it on purpose). With transforms, onnxscript's optimizer does
+    not run on partitions without fusions: they see the translation's own constants and
+    nodes. A transform that raises makes that partition run in PyTorch."""
 
     dump_path: str | None = None
     """Prefix ``P``: the n-th exported model is written to ``P{n}.onnx`` and its FX graph to

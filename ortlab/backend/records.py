@@ -59,6 +59,10 @@ ONNX node was translated from."""
 FOLDED_FX_NODES_KEY = "ortlab.folded_fx_nodes"
 """ONNX node metadata set by ortlab: comma-separated names of FX nodes whose ONNX nodes
 were folded into this one (a weight ``Transpose`` absorbed by ``Gemm``'s ``transB``)."""
+OPTIMIZED_AWAY_KEY = "ortlab.optimized_away_fx_nodes"
+"""ONNX model metadata set by ortlab: comma-separated names of FX nodes whose every ONNX
+node onnxscript's optimizer removed at export (folded into a constant, into a neighbour
+such as a Pad into its Conv, or found to do nothing)."""
 
 _FX_NODE_NAME = re.compile(r"\s*%([^\s:]+)")
 
@@ -93,6 +97,15 @@ def fx_node_of(onnx_node: onnx.NodeProto) -> str | None:
         if prop.key == FX_NODE_KEY:
             return fx_node_name_in(prop.value)
     return None
+
+
+def optimized_away(model: onnx.ModelProto) -> set[str]:
+    """The FX nodes onnxscript's optimizer removed from ``model`` at export
+    (:data:`OPTIMIZED_AWAY_KEY`)."""
+    for prop in model.metadata_props:
+        if prop.key == OPTIMIZED_AWAY_KEY:
+            return set(filter(None, prop.value.split(",")))
+    return set()
 
 
 def _summary(record: Any, head: str, **fields: Any) -> str:

@@ -1,9 +1,13 @@
 """Provenance through fusion: which fused operator absorbed an FX node ("inside Attention
 ``Attention_3``, with 11 other nodes").
 
-# NOTE: two rewrites hide FX nodes from the exporter's provenance metadata
+# NOTE: three rewrites hide FX nodes from the exporter's provenance metadata
 # (``pkg.torch.onnx.fx_node``):
 #
+# 0. onnxscript's optimizer, at export (inference partitions, ``_passes``): a node it
+#    merged into another (a Pad into its Conv) is listed in the survivor's
+#    ``ortlab.folded_fx_nodes``; what it folded into constants or removed is listed in
+#    the model's ``ortlab.optimized_away_fx_nodes`` (:attr:`Fusions.optimized_away`).
 # 1. ortlab's rewrite to ONNX Runtime's fused operators (option ``ort_fusions``): the
 #    model a session holds has ``com.microsoft`` nodes (Attention, SkipLayerNormalization)
 #    that carry the provenance of one FX node only. The FX nodes they stand for are the
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 
 REWRITE = "ortlab's rewrite to ONNX Runtime's fused operators"
 OPTIMIZER = "ONNX Runtime's graph optimizer"
+EXPORT_OPTIMIZER = "onnxscript's optimizer at export"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,8 @@ class Fusions:
         by_fx: FX node -> the fused operator holding it.
         folded: FX nodes whose ONNX nodes ONNX Runtime's optimizer folded away
             (constants computed once).
+        optimized_away: FX nodes whose ONNX nodes onnxscript's optimizer removed at
+            export (``records.OPTIMIZED_AWAY_KEY``).
         note: Why ONNX Runtime's optimized model could not be read (``None`` when it was,
             or was not asked for).
     """
@@ -83,6 +90,7 @@ class Fusions:
     by_fx: dict[str, Absorption] = dataclasses.field(default_factory=dict)
     folded: set[str] = dataclasses.field(default_factory=set)
     note: str | None = None
+    optimized_away: set[str] = dataclasses.field(default_factory=set)
 
     def describe(self, fx_name: str) -> str | None:
         """Where ``fx_name`` went, in words; ``None`` when it is not fused."""
@@ -91,6 +99,11 @@ class Fusions:
             return found.text(fx_name)
         if fx_name in self.folded:
             return f"removed by {OPTIMIZER} (folded into a constant or eliminated)"
+        if fx_name in self.optimized_away:
+            return (
+                f"removed by {EXPORT_OPTIMIZER} (folded into a constant or into a "
+                "neighbouring node, or found to do nothing)"
+            )
         return None
 
 
@@ -100,7 +113,7 @@ def rewrite_fusions(
     """The FX nodes inside the fused operators of ortlab's rewrite (no session made):
     those between each fused operator's inputs and outputs (:func:`ortlab.profiling.
     model_to_fx`, the links the profile credits time along)."""
-    out = Fusions()
+    out = Fusions(optimized_away=records.optimized_away(session.model))
     if partition is None:
         return out
     model = session.model.graph
@@ -174,7 +187,7 @@ def optimizer_fusions(
         for name in names:
             holders[name].add(holder.get(m))
     members: dict[int, list[str]] = collections.defaultdict(list)
-    out = Fusions(dict(base.by_fx), set(base.folded), base.note)
+    out = Fusions(dict(base.by_fx), set(base.folded), base.note, set(base.optimized_away))
     for name, found in holders.items():
         only = next(iter(found)) if len(found) == 1 else None
         if found == {None}:
