@@ -22,6 +22,7 @@ outputs. The few steps they share are here, once, with one rule each:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import types
@@ -68,6 +69,61 @@ def fresh_entry(
 
 
 _ENTRY_NUMBERS = itertools.count(1)
+
+
+def generate_method(fn: Any) -> Any:
+    """``fn`` when it is a module's bound ``generate`` method, or wraps one (a compiled
+    module's ``generate``), else ``None``. Such a ``generate`` calls the module's
+    ``forward`` (its ``__self__``): that is what to compile (see
+    :func:`forward_compiled_in`)."""
+    for candidate in (fn, getattr(fn, "__wrapped__", None)):
+        owner = getattr(candidate, "__self__", None)
+        if getattr(candidate, "__name__", "") == "generate" and isinstance(
+            owner, torch.nn.Module
+        ):
+            return candidate
+    return None
+
+
+def fresh_forward(module: torch.nn.Module, *, name: str) -> Callable[..., Any]:
+    """:func:`fresh_entry` for ``module.forward``, taking keywords, with the forward's
+    signature and name (``generate`` inspects the signature to tell model keywords from
+    its own)."""
+    forward = module.forward
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return forward(*args, **kwargs)
+
+    unique = f"{name}_{next(_ENTRY_NUMBERS)}"
+    code = call.__code__.replace(co_name=unique)
+    entry = types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
+    functools.update_wrapper(entry, forward)
+    return entry
+
+
+def forward_compiled_in(
+    generate: Callable[..., Any], compiled_forward: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``generate`` (a module's bound method, :func:`generate_method`) run with the
+    module's ``forward`` replaced by ``compiled_forward`` for the call only."""
+    method = generate_method(generate)
+    if method is None:
+        raise TypeError(f"{generate!r} is not a module's generate method")
+    module = method.__self__
+
+    def generate_compiled(*args: Any, **kwargs: Any) -> Any:
+        had_own = "forward" in vars(module)
+        own = vars(module).get("forward")
+        module.forward = compiled_forward  # type: ignore[method-assign]
+        try:
+            return method(*args, **kwargs)
+        finally:
+            if had_own:
+                module.forward = own  # type: ignore[method-assign]
+            else:
+                del module.forward
+
+    return generate_compiled
 
 
 OBJECT_DEPTH = 3

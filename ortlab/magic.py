@@ -439,6 +439,9 @@ class OrtCompileResult:
             ``ortlab_p10_ms``, ``ortlab_p90_ms``, ``eager_p10_ms``, ``eager_p90_ms``,
             ``speedup`` (eager / ortlab medians), ``calls``, ``warmup``; else ``None``.
         bench_error: Why the timing is missing, when ``--bench`` was asked.
+        freeze: With ``--bench N`` on an inference call of a module whose parameters
+            enter ONNX Runtime as inputs: ``freeze_parameters=True`` compiled, checked
+            and timed against this compile (:class:`~ortlab.profiling.Advice`).
         lab_seconds: The magic's own time beside the first call: the eager run, the
             numerics, the timing, the drawing (``0`` until the call ends).
         lab_steps: Those seconds per step.
@@ -475,6 +478,7 @@ class OrtCompileResult:
     lab_steps: dict[str, float] = dataclasses.field(default_factory=dict)
     profile: Any = None
     profile_error: str | None = None
+    freeze: Any = None
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -521,6 +525,8 @@ class OrtCompileResult:
             parts.append(_bench_line(self.bench))
         elif self.bench_error:
             parts.append(f"timing failed: {self.bench_error}")
+        if self.freeze is not None:
+            parts.append(self.freeze.text)
         if self.profile is not None:
             parts.append(_profile_line(self.profile))
         elif self.profile_error:
@@ -546,12 +552,15 @@ class OrtCompileResult:
         return f" · lab {self.lab_seconds:.1f} s" + (f" ({steps})" if steps else "")
 
     def __repr__(self) -> str:
-        return f"OrtCompileResult({self.expression}: {self.verdict})"
+        notes = "".join(f"\n  note: {n}" for n in self.notes)
+        return f"OrtCompileResult({self.expression}: {self.verdict}){notes}"
 
     def _repr_html_(self) -> str:
+        notes = "".join(f"<br>Note: {_html.esc(n)}" for n in self.notes)
         return (
             '<div class="ortlab"><b>%ortcompile</b> '
-            f"<code>{_html.esc(self.expression)}</code><br>{_html.esc(self.verdict)}</div>"
+            f"<code>{_html.esc(self.expression)}</code><br>{_html.esc(self.verdict)}"
+            f"{notes}</div>"
         )
 
 
@@ -621,6 +630,15 @@ def _parse_call(source: str) -> ast.Call:
     return tree.body
 
 
+_GENERATE = (
+    "generate() calls the module's forward: %ortcompile compiled model.forward and ran "
+    "generate() with it; to keep it compiled, model.forward = ortlab.compile(model.forward)"
+)
+_FREEZE_HINT = (
+    "the module's parameters enter ONNX Runtime as inputs every call (it cannot pre-pack "
+    "or fold them): %ortcompile --bench 20 ... also compiles with freeze_parameters=True "
+    "and measures the gain on this model"
+)
 _NO_GRAPH = (
     "Dynamo compiled no graph for this call, so it ran in PyTorch without ortlab: it "
     "computes nothing (Dynamo hands a graph without operations to no backend), the "
@@ -715,16 +733,32 @@ def run_ortcompile(
     callee, args, kwargs = _evaluate_call(call, namespace)
     callee = _harness.unwrap_compiled(callee)  # compiling a compiled call would nest
     backend_options = _backend_options(options, namespace)
-    training = _training(callee, options)
-    # A fresh code object per magic call: a fresh backend per call on the same forward
-    # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
-    compiled = ortlab.backend.compile(
-        _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs),
+    generating = _harness.generate_method(callee)
+    training = False if generating is not None else _training(callee, options)
+    compile_options = dict(
         dynamic=False if options.static else (True if options.dynamic else None),
         fullgraph=options.fullgraph,
         options=backend_options,
     )
-    backend = ortlab.backend.backend_of(compiled)
+    # A fresh code object per magic call: a fresh backend per call on the same forward
+    # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
+    if generating is None:
+        entry = _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs)
+        compiled = ortlab.backend.compile(entry, **compile_options)
+        backend = ortlab.backend.backend_of(compiled)
+    else:  # generate() calls the module's forward: that is what is compiled
+        forward = ortlab.backend.compile(
+            _harness.fresh_forward(generating.__self__, name="ortcompile_forward"),
+            **compile_options,
+        )
+        backend = ortlab.backend.backend_of(forward)
+        callee = generating  # a compiled module's generate: the module's own
+        compiled = _harness.fresh_entry(
+            _harness.forward_compiled_in(callee, forward),
+            name="ortcompile_generate",
+            kwargs=kwargs,
+        )
+        compiled.ortlab_backend = backend  # type: ignore[attr-defined]
     live = display is not None and _harness.in_notebook()
     status = views.Status(f"%ortcompile {expression.strip()}", live=live)
     if display is not None:
@@ -758,6 +792,13 @@ def run_ortcompile(
         result.gradients = dict(runs.compiled.grads)
         result.eager_gradients = dict(runs.eager.grads)
         result.grad_max_abs_diff = max_abs_diff(result.gradients, result.eager_gradients)
+    if generating is not None:
+        result.notes.append(_GENERATE)
+    if not (training or options.bench or backend_options.freeze_parameters) and isinstance(
+        callee, torch.nn.Module
+    ):
+        if any(True for _ in callee.parameters()):
+            result.notes.append(_FREEZE_HINT)
     if not backend.graphs:
         result.notes.append(_NO_GRAPH)
     if options.diff:
@@ -775,6 +816,11 @@ def run_ortcompile(
             result.notes.extend(_bench_trust(result.bench))
         except errors.OrtlabError as e:
             result.bench_error = str(e)
+        if not training and isinstance(callee, torch.nn.Module):
+            status.step("trying freeze_parameters=True")
+            result.freeze = profiling.freeze_trial(
+                compiled, tuple(args), {}, runs=options.bench, model=callee
+            )
     if options.profile:
         status.step("profile")
         try:

@@ -177,6 +177,23 @@ def test_tolerance_and_bench_options_show_in_the_verdict(shell):
     ) in r.verdict
 
 
+def test_bench_measures_what_freezing_the_parameters_gains(shell):
+    assert run(shell, "r = %ortcompile --no-diff mlp(x)").success
+    r = shell.user_ns["r"]
+    assert r.freeze is None and any("--bench 20" in n for n in r.notes)
+    assert run(shell, "r = %ortcompile --no-diff --bench 3 mlp(x)").success
+    r = shell.user_ns["r"]
+    advice = r.freeze
+    assert advice.setting == "freeze_parameters=True" and not advice.note
+    assert advice.current_seconds > 0 and advice.trial_seconds > 0
+    assert "freeze_parameters=True: " in r.verdict and "measured on this model" in r.verdict
+    assert run(
+        shell, "r = %ortcompile --no-diff --bench 3 --option freeze_parameters=True mlp(x)"
+    ).success
+    r = shell.user_ns["r"]
+    assert r.freeze is None and not any("--bench 20" in n for n in r.notes)
+
+
 def test_bench_is_timed_by_the_engine_with_warm_up_and_interleaved_blocks(shell, monkeypatch):
     # The engine's clock made fake: an ortlab call "takes" 20 ms and an eager one 30 ms,
     # the 2nd and 3rd after the warm-up ten times that, and a warm-up call 1 s. The
@@ -188,7 +205,8 @@ def test_bench_is_timed_by_the_engine_with_warm_up_and_interleaved_blocks(shell,
 
     def cost(name):
         k = calls.count(name) - 1
-        return 1.0 if k < warmup else base[name] * (10 if k - warmup in (1, 2) else 1)
+        each = base.get(name, 0.010)  # the freeze_parameters trial: "current", "trial"
+        return 1.0 if k < warmup else each * (10 if k - warmup in (1, 2) else 1)
 
     def measure(steps, timing, **_):
         def timed(name, step):

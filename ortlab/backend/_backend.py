@@ -158,6 +158,9 @@ class OrtBackend:
         self.timeline: list[records.TimelineEvent] = []
         """Graphs compiled, sessions created and fall backs, in order (each stamped with
         the number of graph runs before it)."""
+        self.notes: list[str] = []
+        """What ortlab saw about how the compiled callable is used that costs the user
+        its compilation (each once), e.g. :data:`GENERATE_NOTE`."""
 
     # -- public --------------------------------------------------------------------
     @property
@@ -721,6 +724,32 @@ def compile(
     )
 
 
+GENERATE_NOTE = (
+    "generate() of a module compiled whole calls the module's own forward, not the "
+    "compiled one: it ran in PyTorch and compiled nothing. Compile the forward instead: "
+    "model.forward = ortlab.compile(model.forward) (or torch.compile(model.forward, "
+    "backend='ortlab')), then call model.generate(...); %ortcompile model.generate(...) "
+    "does that for one call"
+)
+"""Why ``ortlab.compile(model).generate(...)`` compiles nothing (transformers' models:
+``generate`` is a method of the module, which calls ``self(...)``, the uncompiled
+module; ``torch.compile`` compiles only ``__call__``)."""
+
+
+def _uncompiled_generate(generate: Callable[..., Any], backend: OrtBackend) -> Any:
+    """``generate`` of the compiled module: the module's own, which says once (a warning
+    and ``backend.notes``) that it compiles nothing."""
+
+    @functools.wraps(generate)
+    def say_and_generate(*args: Any, **kwargs: Any) -> Any:
+        if GENERATE_NOTE not in backend.notes:
+            backend.notes.append(GENERATE_NOTE)
+            warnings.warn(f"ortlab: {GENERATE_NOTE}.", UserWarning, stacklevel=2)
+        return generate(*args, **kwargs)
+
+    return say_and_generate
+
+
 def compile_with(
     backend: OrtBackend,
     model: Callable[..., Any],
@@ -742,6 +771,9 @@ def compile_with(
     )
     # object.__setattr__: OptimizedModule forwards attribute writes to the user's module.
     object.__setattr__(compiled, "ortlab_backend", backend)
+    generate = getattr(model, "generate", None)
+    if isinstance(model, torch.nn.Module) and callable(generate):
+        object.__setattr__(compiled, "generate", _uncompiled_generate(generate, backend))
     # Dropping the compiled callable releases its sessions: Dynamo's caches keep the
     # compiled graphs (and their partitions) until torch._dynamo.reset().
     weakref.finalize(compiled, backend.reset)

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
-import itertools
 import json
 import math
 import os
 import time
-import types
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ import torch
 from torch import nn
 
 import ortlab.backend
-from ortlab import errors
+from ortlab import _harness, errors
 from ortlab.bench import _engine, _format, _machine, _realsize, _training
 from ortlab.zoo import _model
 
@@ -82,9 +80,6 @@ class GenerationRow(_training.TimedRow):
     """ortlab: ``(nodes in ONNX Runtime, nodes)`` over its graphs."""
 
 
-_ENTRIES = itertools.count(1)
-
-
 def compiled_forward(
     model: nn.Module, backend: str, *, options: Mapping[str, Any] | None = None
 ) -> ortlab.backend.OrtBackend | None:
@@ -96,15 +91,7 @@ def compiled_forward(
     seen are this copy's, not shared with another backend's copy of the same class; it
     keeps the forward's signature (``generate`` inspects it).
     """
-    forward = model.forward
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return forward(*args, **kwargs)
-
-    unique = f"generate_forward_{backend.replace('-', '_')}_{next(_ENTRIES)}"
-    code = call.__code__.replace(co_name=unique)
-    entry = types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
-    functools.update_wrapper(entry, forward)
+    entry = _harness.fresh_forward(model, name=f"generate_forward_{backend.replace('-', '_')}")
     if backend == "ortlab":
         compiled = ortlab.backend.compile(entry, **{"compile_cache": False, **(options or {})})
         model.forward = compiled  # type: ignore[method-assign]
@@ -128,7 +115,8 @@ def compiled_module_generate_graphs(model: Any, prompt: torch.Tensor) -> int:
     ``0`` where ``generate`` runs the module's own forward, bypassing the compiled one."""
     copied = copy.deepcopy(model)
     compiled: Any = ortlab.backend.compile(copied, compile_cache=False)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # it says so: backend.notes
         compiled.generate(prompt, **generate_kwargs("dynamic", 2))
     backend = ortlab.backend.backend_of(compiled)
     return len(backend.graphs) if backend is not None else 0

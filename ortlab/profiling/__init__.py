@@ -17,6 +17,7 @@ Views are in :mod:`ortlab.views._profile` and :mod:`ortlab.views._compare`.
 
 from __future__ import annotations
 
+from ortlab.profiling._advice import freeze_trial
 from ortlab.profiling._comparison import Change, Comparison, TimeChange, compare
 from ortlab.profiling._mapping import model_to_fx, optimized_to_model
 from ortlab.profiling._profile import profile
@@ -34,6 +35,7 @@ __all__ = [
     # Entry points
     "profile",
     "compare",
+    "freeze_trial",
     # Results
     "Profile",
     "NodeTime",

@@ -52,6 +52,17 @@ def _weight_inputs(graph_runs: list[_measure.GraphRun]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _freeze_advice(weights: list[str]) -> Advice:
+    shown = ", ".join(weights[:3]) + (
+        f" and {len(weights) - 3} more" if len(weights) > 3 else ""
+    )
+    return Advice(
+        "freeze_parameters",
+        True,
+        f"{len(weights)} parameters enter ONNX Runtime as inputs every call ({shown})",
+    )
+
+
 def _bound(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: fn(*inputs)
 
@@ -116,20 +127,64 @@ def advise(
     candidates: list[Advice] = []
     weights = _weight_inputs(graph_runs)
     if not options.freeze_parameters and weights:
-        shown = ", ".join(weights[:3]) + (
-            f" and {len(weights) - 3} more" if len(weights) > 3 else ""
-        )
-        candidates.append(
-            Advice(
-                "freeze_parameters",
-                True,
-                f"{len(weights)} parameters enter ONNX Runtime as inputs every call ({shown})",
-            )
-        )
+        candidates.append(_freeze_advice(weights))
     size, why = _partition_trial(graph_runs, options.min_partition_size, runs, clock)
     if size is not None:
         candidates.append(Advice("min_partition_size", size, why))
+    for advice in candidates:
+        try_option(advice, compiled, args, kwargs, runs=runs, clock=clock)
+    return candidates
+
+
+def freeze_trial(
+    compiled: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    runs: int,
+    model: torch.nn.Module | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Advice | None:
+    """``freeze_parameters=True`` tried on an inference call of a module with parameters
+    (measured, see the module NOTE); ``None`` where the backend freezes already, the call
+    compiled no inference graph, or the module has no parameters.
+
+    Args:
+        model: The module whose parameters enter ONNX Runtime (default: what
+            ``compiled`` compiled, when a module).
+    """
+    backend = ortlab.backend.backend_of(compiled)
+    original = model if model is not None else _harness.unwrap_compiled(compiled)
+    inference = any(g.kind == "inference" for g in backend.graphs)
+    if backend.options.freeze_parameters or not inference:
+        return None
+    if not isinstance(original, torch.nn.Module):
+        return None
+    weights = [name for name, _ in original.named_parameters()]
+    if not weights:
+        return None
+    advice = _freeze_advice(weights)
+    try_option(advice, compiled, args, kwargs, runs=runs, clock=clock)
+    return advice
+
+
+def try_option(
+    advice: Advice,
+    compiled: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    runs: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Compiles the model again with ``advice``'s option, checks the trial's outputs and
+    times it against ``compiled`` (fills ``advice``; a failed trial says why in its
+    note)."""
     original = _harness.unwrap_compiled(compiled)
+    if original is compiled:
+        advice.note = "the compiled object has no model to compile again"
+        return
+    options = ortlab.backend.backend_of(compiled).options
     grad = torch.is_grad_enabled()
 
     def call(c: Any, keywords: dict[str, Any]) -> Callable[[], Any]:
@@ -139,19 +194,14 @@ def advise(
 
         return run
 
-    for advice in candidates:
-        if original is compiled:
-            advice.note = "the compiled object has no model to compile again"
-            continue
-        try:
-            trial = ortlab.backend.compile(
-                _harness.fresh_entry(original, name="ortlab_advice", kwargs=kwargs),
-                options=options.replace(**{advice.option: advice.value}),
-            )
-            _trial(advice, call(compiled, kwargs), call(trial, {}), runs, clock)
-        except (errors.OrtlabError, RuntimeError) as e:
-            advice.note = f"the trial failed: {errors.describe(e)}"
-    return candidates
+    try:
+        trial = ortlab.backend.compile(
+            _harness.fresh_entry(original, name="ortlab_advice", kwargs=kwargs),
+            options=options.replace(**{advice.option: advice.value}),
+        )
+        _trial(advice, call(compiled, kwargs), call(trial, {}), runs, clock)
+    except (errors.OrtlabError, RuntimeError) as e:
+        advice.note = f"the trial failed: {errors.describe(e)}"
 
 
 def _trial(

@@ -370,6 +370,7 @@ def summary_html(obj: Any, headline: str = "") -> str:
     parts = []
     if headline:
         parts.append(f'<div class="ortlab-headline">{_html.esc(headline)}</div>')
+    parts.extend(note(line) for line in _timeline.usage_notes(obj))
     parts.append(_html.table(("", ""), _tables.summary_rows(obj)))
     graphs = _subjects.graphs_of(obj)
     if graphs:

@@ -355,8 +355,11 @@ class Inspector:
 def _subject_text(subject: _subjects.Subject) -> str:
     backend = subject.backend
     out = [f"== {subject.name}: {backend!r}"]
+    notes = _timeline.usage_notes(backend)
+    out.extend(f"Note: {line}" for line in notes)
     if not backend.graphs:
-        out.append("nothing compiled yet: call the compiled model first")
+        if not notes:
+            out.append("nothing compiled yet: call the compiled model first")
         return "\n".join(out)
     rows = _tables.summary_rows(backend)
     width = max(len(k) for k, _ in rows)

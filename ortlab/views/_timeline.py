@@ -325,6 +325,13 @@ def recompile_limit() -> int:
     return int(torch.compiler.config.recompile_limit)
 
 
+def usage_notes(obj: Any) -> list[str]:
+    """What the backend saw about how its compiled callable is used (``OrtBackend.notes``:
+    a compiled module's ``generate()``, which compiles nothing) and what to do."""
+    backend = _backend(obj)
+    return list(getattr(backend, "notes", ())) if backend is not None else []
+
+
 def recompile_limit_notes(obj: Any) -> list[str]:
     """One line per frame Dynamo compiled as often as its recompile limit allows: its
     later calls with a new shape or dtype run in PyTorch without ortlab, silently; the
