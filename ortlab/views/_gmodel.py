@@ -13,6 +13,11 @@
 # collapses a module, ``("item", key)`` selects a node). Highlighting is CSS on those ids
 # and never lays a graph out again.
 #
+# An :class:`Overlay` paints a measure over any drawing of a graph (the profile's heat:
+# seconds per node; the numerics: error over tolerance): each node is filled by its own
+# value and a box standing for several nodes (a collapsed module, a folded block) by
+# their combined value (a sum of times, the worst error), with the value in its label.
+#
 # Labels are plain text, or rich lines (:class:`Line`: a colour, bold) written as
 # Graphviz HTML-like labels. Every string from a model passes through ``_dot.quote`` or
 # ``_dot.html_text``, so nothing in a model's names is ever read as DOT or markup.
@@ -21,7 +26,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ortlab.views import _dot, _style
 
@@ -51,6 +56,8 @@ class Node:
         shape: Graphviz shape (``None``: the default rounded box).
         dashed: A dashed border (a failed partition).
         highlighted: Outlined in the highlight colour.
+        xlabel: A mark beside the box (``"first divergent"``).
+        fontcolor: Text colour (``None``: black; white on the darkest fills).
     """
 
     id: str
@@ -63,6 +70,8 @@ class Node:
     shape: str | None = None
     dashed: bool = False
     highlighted: bool = False
+    xlabel: str = ""
+    fontcolor: str | None = None
 
 
 @dataclasses.dataclass
@@ -89,6 +98,47 @@ class Edge:
     color: str | None = None
     dashed: bool = False
     bold: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Overlay:
+    """A measure painted over a drawing (see the module NOTE).
+
+    Attributes:
+        values: Node key (an FX node name, an ONNX node index as text) -> its value;
+            nodes without one keep their usual fill.
+        fill: The fill of a value.
+        text: The label line of a value (``"1.20 ms (3.4%)"``).
+        combine: The value of a box standing for several nodes, from theirs.
+        light_text: Fills dark enough to write on in white.
+        missing: The fill of a node without a value (``None``: its usual fill).
+    """
+
+    values: Mapping[str, float]
+    fill: Callable[[float], str]
+    text: Callable[[float], str]
+    combine: Callable[[Iterable[float]], float] = sum
+    light_text: frozenset[str] = frozenset()
+    missing: str | None = None
+
+    def of(self, keys: Iterable[str]) -> float | None:
+        """The combined value of these nodes (``None``: none of them has one)."""
+        found = [self.values[k] for k in keys if k in self.values]
+        return self.combine(found) if found else None
+
+    def paint(self, node: Node, value: float | None) -> None:
+        """Fills ``node`` by ``value`` and adds the value's line to its label."""
+        if value is None:
+            node.fill = node.fill if self.missing is None else self.missing
+            return
+        node.fill = self.fill(value)
+        node.fontcolor = "white" if node.fill in self.light_text else None
+        line = self.text(value)
+        if isinstance(node.label, str):
+            node.label = f"{node.label}\n{line}"
+        else:
+            node.label = [*node.label, Line(line, bold=True)]
+        node.tooltip = f"{node.tooltip}\n{line}" if node.tooltip else line
 
 
 @dataclasses.dataclass
@@ -152,6 +202,8 @@ def _node_dot(node: Node) -> str:
         "tooltip": node.tooltip or None,
         "fillcolor": node.fill,
         "shape": node.shape,
+        "xlabel": node.xlabel or None,
+        "fontcolor": node.fontcolor,
     }
     if node.dashed:
         values["style"] = "rounded,filled,dashed"

@@ -12,7 +12,9 @@
 # Never more than ``budget`` nodes are laid out (Graphviz stays within a second or two):
 # expansions are kept newest first, and older ones that the newest does not need are
 # undone until the drawing fits (the note says which). Weights are never nodes; a box
-# counts the weights its ops read.
+# counts the weights its ops read. An overlay (:class:`~ortlab.views._gmodel.Overlay`:
+# the profile's heat, the numerics' error) paints every node and box by the value of
+# the items it stands for.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ class _Drawing:
         id_prefix: str,
         colors: dict[str, str],
         budget: int,
+        overlay: _gmodel.Overlay | None = None,
     ) -> None:
         self.tree = tree
+        self.overlay = overlay
         self.expanded = expanded
         self.highlight = set(highlight)
         self.prefix = id_prefix
@@ -89,6 +93,17 @@ class _Drawing:
 
     # -- nodes -------------------------------------------------------------------------
     def item_node(self, item: Item) -> _gmodel.Node:
+        node = self._item_node(item)
+        if item.kind == "op":
+            self.paint(node, [item.key])
+        return node
+
+    def paint(self, node: _gmodel.Node, keys: Sequence[str]) -> None:
+        """Paints ``node`` with the overlay's value of the items it stands for."""
+        if self.overlay is not None:
+            self.overlay.paint(node, self.overlay.of(keys))
+
+    def _item_node(self, item: Item) -> _gmodel.Node:
         node_id = self.new_id("n", item.key)
         self.rep[item.key] = node_id
         self.model.ids[item.key] = node_id
@@ -174,7 +189,7 @@ class _Drawing:
             tooltip.append(f"{eager} ops run in PyTorch")
         tooltip.append("click to expand")
         highlighted = any(k in self.highlight for k in self.boxes[node_id])
-        return _gmodel.Node(
+        node = _gmodel.Node(
             node_id,
             lines,
             kind="fold" if fold else "module",
@@ -185,6 +200,8 @@ class _Drawing:
             shape="box3d" if fold else None,
             highlighted=highlighted,
         )
+        self.paint(node, self.boxes[node_id])
+        return node
 
     def _claim(self, module: Module, node_id: str) -> None:
         stack = [module]
@@ -277,18 +294,18 @@ class _Drawing:
             label = f"{len(members)} ops · {where}\n" + "\n".join(
                 f"{op} ×{c}" for op, c in ops.most_common(3)
             )
-            out.append(
-                _gmodel.Node(
-                    node_id,
-                    label,
-                    kind="eager" if eager else "group",
-                    tooltip=", ".join(f"{op} ×{c}" for op, c in ops.most_common()),
-                    fill=_style.EAGER_FILL if eager else self.colors.get(group or "", "white"),
-                    line=_style.EAGER_LINE if eager else None,
-                    shape="box3d",
-                    highlighted=any(i.key in self.highlight for i in members),
-                )
+            node = _gmodel.Node(
+                node_id,
+                label,
+                kind="eager" if eager else "group",
+                tooltip=", ".join(f"{op} ×{c}" for op, c in ops.most_common()),
+                fill=_style.EAGER_FILL if eager else self.colors.get(group or "", "white"),
+                line=_style.EAGER_LINE if eager else None,
+                shape="box3d",
+                highlighted=any(i.key in self.highlight for i in members),
             )
+            self.paint(node, [i.key for i in members])
+            out.append(node)
         return out
 
     # -- edges -------------------------------------------------------------------------
@@ -411,6 +428,7 @@ def layout(
     colors: dict[str, str] | None = None,
     caption: str = "",
     budget: int = MAX_LAYOUT_NODES,
+    overlay: _gmodel.Overlay | None = None,
 ) -> _gmodel.GraphModel:
     """The module tree drawn with ``expanded`` modules open (see the module NOTE).
 
@@ -423,11 +441,12 @@ def layout(
         colors: Partition name -> fill colour.
         caption: The line on top.
         budget: Nodes laid out at most.
+        overlay: A measure painted over the nodes and boxes (the profile's heat).
     """
     if expanded is None:
         expanded = tree.default_expanded(DEFAULT_BOXES)
     kept, undone = fit(tree, expanded, budget)
-    drawing = _Drawing(tree, set(kept), highlight, id_prefix, colors or {}, budget)
+    drawing = _Drawing(tree, set(kept), highlight, id_prefix, colors or {}, budget, overlay)
     model = drawing.model
     model.caption = caption
     model.node_count = sum(1 for i in tree.items.values() if i.kind == "op")

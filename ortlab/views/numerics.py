@@ -6,7 +6,7 @@
   cause (a decision flip or the first divergent node), the tables — no plots, no graphs;
 - :func:`error_histograms` and :func:`error_scatter` (matplotlib);
 - :func:`fx_overlay` / :func:`onnx_overlay`: the error overlaid on a partition's FX graph
-  and on its ONNX model;
+  and on its ONNX model (DOT of the lab's one graph model, :mod:`ortlab.views._gmodel`);
 - :func:`numerics_html` (one self-contained HTML string: inline SVG, base64 PNG) and
   :func:`numerics_widget` (ipywidgets tabs), built from the same pieces; the Inspector's
   "Numerics" tab and the report's Numerics section use them.
@@ -34,7 +34,7 @@ import numpy as np
 from ortlab import _deps, _html, errors
 from ortlab.backend import records
 from ortlab.numerics import _findings, _records, _report, _tabular
-from ortlab.views import _dot, _fragments, _graphs, _names, _plots, _style
+from ortlab.views import _dot, _fragments, _gmodel, _graphs, _names, _plots, _style
 
 if TYPE_CHECKING:
     import pandas
@@ -46,9 +46,11 @@ __all__ = [
     "error_histograms",
     "error_scatter",
     "fx_overlay",
+    "fx_overlay_model",
     "numerics_html",
     "numerics_widget",
     "onnx_overlay",
+    "onnx_overlay_model",
     "partition_html",
     "summary_html",
 ]
@@ -350,24 +352,33 @@ def _fill(node: NodeDiff | None) -> str:
     return _style.error_fill(None if d is None else d.ratio)
 
 
-def _node_stmt(
-    key: str, label: str, fill: str, tooltip: str, *, first: bool, flip: bool = False
-) -> str:
-    attrs = {"label": label, "fillcolor": fill, "tooltip": tooltip}
-    if first:
-        attrs.update(color=_style.FIRST_LINE, penwidth="3", xlabel="first divergent")
-    elif flip:
-        attrs.update(color=_style.FIRST_LINE, penwidth="3", xlabel="decision flip")
-    return f"{_dot.quote(key)} {_dot.attrs(**attrs)};"
+def _error_node(
+    key: str,
+    label: str,
+    node: NodeDiff | None,
+    tooltip: str,
+    *,
+    kind: str,
+    first: bool,
+    flip: bool = False,
+) -> _gmodel.Node:
+    """A node filled by its error, outlined when it is the first divergent one or a
+    decision flip."""
+    mark = "first divergent" if first else "decision flip" if flip else ""
+    return _gmodel.Node(
+        key,
+        label,
+        kind=kind,
+        tooltip=tooltip,
+        fill=_fill(node),
+        line=_style.FIRST_LINE if mark else None,
+        penwidth=3 if mark else None,
+        xlabel=mark,
+    )
 
 
-def _io_stmt(key: str, label: str, fill: str = _style.IO_FILL) -> str:
-    attrs = _dot.attrs(label=label, shape="ellipse", fillcolor=fill, tooltip=label)
-    return f"{_dot.quote(key)} {attrs};"
-
-
-def _header(title: str) -> list[str]:
-    return [f"digraph {_dot.quote(title)} {{", _style.GRAPH_ATTRS]
+def _io_node(key: str, label: str, kind: str, fill: str = _style.IO_FILL) -> _gmodel.Node:
+    return _gmodel.Node(key, label, kind=kind, tooltip=label, fill=fill, shape="ellipse")
 
 
 def _partition_record(
@@ -386,22 +397,30 @@ def _session_record(report: DiffReport, part: PartitionDiff) -> records.SessionR
     return record.session(part.session_index)
 
 
-def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
-    """DOT source of the partition's FX graph, nodes coloured by error (module NOTE)."""
+def fx_overlay_model(
+    report: DiffReport, part: PartitionDiff, *, id_prefix: str = ""
+) -> _gmodel.GraphModel | None:
+    """The partition's FX graph, nodes filled by error (module NOTE), in the lab's one
+    graph model (SVG ids: ``id_prefix`` and the FX node's name); ``None`` when the
+    partition's record is gone."""
     record = _partition_record(report, part)
     if record is None:
-        return ""
+        return None
     by_name = {n.node: n for n in part.nodes}
     flips = {f.node: f for f in part.flips}
     first = part.first_divergent
-    lines = _header(f"{part.label} FX")
+    model = _gmodel.GraphModel(f"{part.label} FX")
     graph = report.backend.graphs[part.graph_index]
+    ids = model.ids
     for node in record.graph_module.graph.nodes:
         nd = by_name.get(node.name)
+        key = ids[node.name] = id_prefix + node.name
+        model.node_count += 1
         if node.op in ("placeholder", "output"):
             # A placeholder as the parameter or input it binds ("fc1.weight (arg3_1)").
             label = _names.label(graph, node.name) if node.op == "placeholder" else "output"
-            lines.append(_io_stmt(node.name, label, _fill(nd) if nd else _style.IO_FILL))
+            fill = _fill(nd) if nd else _style.IO_FILL
+            model.items.append(_io_node(key, label, node.op, fill))
         else:
             target = nd.target if nd is not None else str(node.target)
             err = ""
@@ -410,45 +429,56 @@ def fx_overlay(report: DiffReport, part: PartitionDiff) -> str:
                 err = f"\nerr {_html.number(own if own is not None else nd.max_abs_error)}"
             flip = flips.get(node.name)
             tooltip = nd.describe() if nd is not None else f"{node.name} = {target}"
-            lines.append(
-                _node_stmt(
-                    node.name,
+            model.items.append(
+                _error_node(
+                    key,
                     f"{node.name}\n{_short(target, 40)}{err}",
-                    _fill(nd),
+                    nd,
                     flip.describe() if flip is not None else tooltip,
+                    kind="ort",
                     first=flip is None and first is not None and first.node == node.name,
                     flip=flip is not None,
                 )
             )
-        for arg in node.all_input_nodes:
-            lines.append(f"{_dot.quote(arg.name)} -> {_dot.quote(node.name)};")
-    lines.append("}")
-    return "\n".join(lines)
+        model.edges += [
+            _gmodel.Edge(id_prefix + arg.name, key) for arg in node.all_input_nodes
+        ]
+    return model
 
 
-def onnx_overlay(report: DiffReport, part: PartitionDiff) -> str:
-    """DOT source of the partition's ONNX model, each node coloured by the error of the
-    FX node it came from (provenance metadata ``pkg.torch.onnx.fx_node``)."""
+def fx_overlay(report: DiffReport, part: PartitionDiff, *, id_prefix: str = "") -> str:
+    """DOT source of the partition's FX graph, nodes coloured by error (module NOTE)."""
+    model = fx_overlay_model(report, part, id_prefix=id_prefix)
+    return "" if model is None else _gmodel.to_dot(model)
+
+
+def onnx_overlay_model(
+    report: DiffReport, part: PartitionDiff, *, id_prefix: str = ""
+) -> _gmodel.GraphModel | None:
+    """The partition's ONNX model, each node filled by the error of the FX node it came
+    from (provenance metadata ``pkg.torch.onnx.fx_node``), in the lab's one graph model
+    (SVG ids start with ``id_prefix``); ``None`` when the partition has no session."""
     session = _session_record(report, part)
     if session is None:
-        return ""
-    model = session.model
+        return None
+    proto = session.model
     by_name = {n.node: n for n in part.nodes}
     first = part.first_divergent
-    lines = _header(f"{part.label} ONNX")
+    model = _gmodel.GraphModel(f"{part.label} ONNX", node_count=len(proto.graph.node))
     producer: dict[str, str] = {}
-    for info in model.graph.input:
-        producer[info.name] = f"in:{info.name}"
-        lines.append(_io_stmt(f"in:{info.name}", info.name))
-    nodes = list(model.graph.node)
+    for info in proto.graph.input:
+        producer[info.name] = f"{id_prefix}in:{info.name}"
+        model.items.append(_io_node(producer[info.name], info.name, "onnx-input"))
+    nodes = list(proto.graph.node)
     fx_of = [records.fx_node_of(node) for node in nodes]
     last_of = {fx: index for index, fx in enumerate(fx_of) if fx is not None}
     for index, node in enumerate(nodes):
-        key, fx = f"n{index}", fx_of[index]
+        key, fx = f"{id_prefix}n{index}", fx_of[index]
+        model.ids[str(index)] = key
         nd = by_name.get(fx) if fx else None
         # Mark the ONNX node that produces the first divergent FX node's value.
         is_first = first is not None and fx == first.node and last_of[fx] == index
-        label = f"{node.op_type}\n{_short(node.name or key, 32)}"
+        label = f"{node.op_type}\n{_short(node.name or f'n{index}', 32)}"
         if fx:
             label += f"\n← {_short(fx, 28)}"
         tooltip = (
@@ -456,20 +486,26 @@ def onnx_overlay(report: DiffReport, part: PartitionDiff) -> str:
             if nd is not None
             else f"{node.op_type} {node.name} (from {fx or 'no FX node'})"
         )
-        lines.append(_node_stmt(key, label, _fill(nd), tooltip, first=is_first))
-        for value in node.input:
-            if value in producer:
-                lines.append(f"{_dot.quote(producer[value])} -> {_dot.quote(key)};")
+        model.items.append(_error_node(key, label, nd, tooltip, kind="onnx", first=is_first))
+        model.edges += [
+            _gmodel.Edge(producer[value], key) for value in node.input if value in producer
+        ]
         for value in node.output:
             if value:
                 producer[value] = key
-    for info in model.graph.output:
-        key = f"out:{info.name}"
-        lines.append(_io_stmt(key, info.name))
+    for info in proto.graph.output:
+        key = f"{id_prefix}out:{info.name}"
+        model.items.append(_io_node(key, info.name, "onnx-output"))
         if info.name in producer:
-            lines.append(f"{_dot.quote(producer[info.name])} -> {_dot.quote(key)};")
-    lines.append("}")
-    return "\n".join(lines)
+            model.edges.append(_gmodel.Edge(producer[info.name], key))
+    return model
+
+
+def onnx_overlay(report: DiffReport, part: PartitionDiff, *, id_prefix: str = "") -> str:
+    """DOT source of the partition's ONNX model, each node coloured by the error of the
+    FX node it came from (provenance metadata ``pkg.torch.onnx.fx_node``)."""
+    model = onnx_overlay_model(report, part, id_prefix=id_prefix)
+    return "" if model is None else _gmodel.to_dot(model)
 
 
 def _graph_size(report: DiffReport, part: PartitionDiff) -> int:
@@ -479,10 +515,10 @@ def _graph_size(report: DiffReport, part: PartitionDiff) -> int:
     return max(fx, len(session.model.graph.node) if session is not None else 0)
 
 
-def _svg_or_note(source: str) -> str:
-    if not source:
+def _svg_or_note(model: _gmodel.GraphModel | None) -> str:
+    if model is None:
         return _fragments.note("no graph recorded for this partition")
-    return _fragments.graph_html(_dot.render(source, {}))
+    return _fragments.graph_html(_gmodel.render(model))
 
 
 def _overlays_html(report: DiffReport, part: PartitionDiff) -> str:
@@ -494,10 +530,12 @@ def _overlays_html(report: DiffReport, part: PartitionDiff) -> str:
         )
     if not _dot.dot_available():
         return _fragments.note(_dot.INSTALL_HINT)
+    prefix = f"num{part.graph_index}-{part.name}-"  # SVG ids unique on a page
     return (
         _style.ERROR_LEGEND + '<div class="ortlab-side">'
-        f"<div><b>FX graph</b>{_svg_or_note(fx_overlay(report, part))}</div>"
-        f"<div><b>ONNX model</b>{_svg_or_note(onnx_overlay(report, part))}</div></div>"
+        f"<div><b>FX graph</b>{_svg_or_note(fx_overlay_model(report, part, id_prefix=prefix))}"
+        "</div><div><b>ONNX model</b>"
+        f"{_svg_or_note(onnx_overlay_model(report, part, id_prefix=prefix))}</div></div>"
     )
 
 
