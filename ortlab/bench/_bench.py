@@ -11,6 +11,7 @@ ONNX Runtime gets the same number through ortlab's session options) and recorded
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -26,6 +27,7 @@ from ortlab.numerics import _compare
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend
+    from ortlab.numerics._runner import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +110,9 @@ def bench(
             default, static shapes for a call repeated on the same inputs).
         ortlab_options: Backend options for ``"ortlab"`` / ``"ortlab-frozen"`` (e.g.
             ``{"excluded_ops": ["aten.gelu"]}``) and the providers of ``"ort"``.
-        progress: Show a progress bar (tqdm) when running in a terminal or a notebook.
+        progress: Show progress: in a notebook a status line (each backend's first call,
+            with an ortlab backend's compile phase, then the timing), in a terminal a
+            progress bar (tqdm); never in a pipe or CI log.
         name: Label of the result; defaults to the module's class or function's name.
 
     Returns:
@@ -122,9 +126,17 @@ def bench(
     timing = _engine.Timing(warmup, iters, min_time, min_iters, max_iters, interleave)
     if threads is not None and threads < 1:
         raise errors.UnsupportedOptionError(f"bench: threads must be >= 1; got {threads}.")
+    from ortlab import views  # the status line: a view, loaded when a benchmark runs
+
     fn = _harness.unwrap_compiled(fn)
     label = name or _callable_name(fn)
-    bar = _progress_bar(len(backends), label, enabled=progress)
+    status = views.status_line(f"ortlab.bench {label}", enabled=progress)
+    # A notebook shows the status line; the bar is for a terminal.
+    bar = (
+        None
+        if status.widget is not None
+        else _progress_bar(len(backends), label, enabled=progress)
+    )
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -136,6 +148,7 @@ def bench(
             args,
             backends,
             bar=bar,
+            status=status,
             label=label,
             training=training,
             no_grad=no_grad,
@@ -145,12 +158,14 @@ def bench(
         )
         if bar is not None:
             bar.set_description(f"{label}: timing")
+        status.step(f"timing {', '.join(steps) or 'nothing'}")
         with _backends.grad_mode(training=training, no_grad=no_grad):
             measured = _engine.measure(steps, timing)
         if bar is not None:
             bar.update(1)
     finally:
         torch.set_num_threads(old_threads)
+        status.done()
         if bar is not None:
             bar.close()
     for run in runs:
@@ -175,21 +190,23 @@ def _start_all(
     backends: Sequence[str],
     *,
     bar: Any,
+    status: Progress,
     label: str,
     training: bool,
     no_grad: bool,
     **kwargs: Any,
 ) -> tuple[list[_Run], dict[str, _engine.Step]]:
-    """Builds every backend and times its first call; returns the runs and the steps of
-    those that started."""
+    """Builds every backend and times its first call (a step of ``status`` each);
+    returns the runs and the steps of those that started."""
     runs: list[_Run] = []
     steps: dict[str, _engine.Step] = {}
     for backend in backends:
         if bar is not None:
             bar.set_description(f"{label}: {backend}")
         run = _Run(backend)
+        status.step(f"{backend}: build and first call")
         with _backends.grad_mode(training=training, no_grad=no_grad):
-            step = _start(run, fn, args, training=training, **kwargs)
+            step = _start(run, fn, args, status=status, training=training, **kwargs)
         runs.append(run)
         if step is not None:
             steps[backend] = step
@@ -203,13 +220,14 @@ def _start(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     *,
+    status: Progress,
     training: bool,
     eval_mode: bool,
     dynamic: bool | None,
     ortlab_options: dict[str, Any],
 ) -> _engine.Step | None:
     """Builds one backend and times its first call; ``None`` when it failed (the run
-    carries the error)."""
+    carries the error). ``status`` follows an ortlab backend's compile."""
     try:
         target = _backends.prepare_target(fn, eval_mode=eval_mode)
         call_args = _backends.prepare_args(args, target, training=training)
@@ -225,7 +243,13 @@ def _start(
             ortlab_options=ortlab_options,
         )
         step = _backends.make_step(call, target, call_args, training=training)
-        run.outputs = step()
+        watch = (
+            status.watch(ortlab_backend, ran="the rest of the first call")
+            if ortlab_backend is not None
+            else contextlib.nullcontext()
+        )
+        with watch:
+            run.outputs = step()
         run.first_call_s = time.perf_counter() - start
         run.ortlab_backend = ortlab_backend
         run.first_call_steps = first_call_steps(call, ortlab_backend, run.first_call_s)

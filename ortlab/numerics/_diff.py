@@ -17,6 +17,9 @@ import ortlab.backend
 from ortlab import _harness, errors
 from ortlab.numerics import _compare, _localise, _records, _reference, _report, _runner, _sweep
 
+COMPARE_STEP = "comparison (outputs, partitions, nodes)"
+"""The status line's step after both runs (:func:`diff`)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class _Request:
@@ -32,12 +35,13 @@ class _Request:
     options: Any
 
     def once(
-        self, backend_options: Mapping[str, Any]
+        self, backend_options: Mapping[str, Any], progress: _runner.Progress | None = None
     ) -> tuple[_report.DiffReport, _runner.Runs]:
-        """One comparison with these backend options on top of ``options``."""
+        """One comparison with these backend options on top of ``options`` (its steps
+        told to ``progress``)."""
         options = ortlab.backend.OrtBackendOptions.from_value(self.options)
         merged = options.replace(**backend_options) if backend_options else options
-        return _diff_once(self, ortlab.backend.OrtBackend(merged))
+        return _diff_once(self, ortlab.backend.OrtBackend(merged), progress)
 
     def timed_once(
         self, backend_options: Mapping[str, Any]
@@ -48,12 +52,21 @@ class _Request:
 
 
 def _diff_once(
-    request: _Request, backend: ortlab.backend.OrtBackend
+    request: _Request,
+    backend: ortlab.backend.OrtBackend,
+    progress: _runner.Progress | None = None,
 ) -> tuple[_report.DiffReport, _runner.Runs]:
     """One comparison with ``backend``; also returns both sides' runs."""
     runs = _runner.run_both(
-        request.fn, request.args, backend, backward=request.backward, dynamic=request.dynamic
+        request.fn,
+        request.args,
+        backend,
+        backward=request.backward,
+        dynamic=request.dynamic,
+        progress=progress,
     )
+    if progress is not None:
+        progress.step(COMPARE_STEP)
     report = compare_runs(
         runs,
         atol=request.atol,
@@ -191,6 +204,10 @@ def diff(
 
     Raises:
         UnsupportedOptionError: an unknown backend option, sweep key or reference.
+
+    In a notebook a status line says what it is doing while it works (eager run →
+    compile and first call, with the compile's phase → comparison → float64 reference
+    → sweep) and is closed when it returns.
     """
     if not callable(fn):
         raise errors.UnsupportedOptionError(
@@ -203,18 +220,26 @@ def diff(
     if sweep:
         _sweep.configurations(sweep)  # a bad sweep fails before anything runs
 
+    from ortlab import views  # the status line: a view, loaded when a diff runs
+
     request = _Request(fn, args, atol, rtol, backward, dynamic, nodes, options)
-    report, runs = request.once(backend_options)
-    if reference == "float64":
-        report.reference = _reference.float64_reference(fn, args, runs, backward=backward)
-    if sweep:
-        report.sweep = _sweep.run_sweep(
-            sweep,
-            request.timed_once,
-            runs.eager_rerun,
-            backend_options=backend_options,
-            repeat=repeat,
-        )
+    status = views.status_line(f"ortlab.diff {getattr(fn, '__name__', type(fn).__name__)}")
+    try:
+        report, runs = request.once(backend_options, progress=status)
+        if reference == "float64":
+            status.step("float64 reference")
+            report.reference = _reference.float64_reference(fn, args, runs, backward=backward)
+        if sweep:
+            status.step("sweep")
+            report.sweep = _sweep.run_sweep(
+                sweep,
+                request.timed_once,
+                runs.eager_rerun,
+                backend_options=backend_options,
+                repeat=repeat,
+            )
+    finally:
+        status.done()
     return report
 
 

@@ -12,13 +12,14 @@ already (its side runs the module it was compiled on; the eager side a deep copy
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -27,6 +28,31 @@ from ortlab.backend import _torch_private, compile_with
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackend, PartitionRecord, RunEvent, SessionRecord
+
+
+class Progress(Protocol):
+    """What a run reports its steps to (the lab's status line, ``views.Status``)."""
+
+    def step(self, name: str) -> None:
+        """Starts the step ``name`` (ending the one before)."""
+
+    def watch(self, backend: Any, *, ran: str) -> contextlib.AbstractContextManager[None]:
+        """While active, the step follows ``backend``'s compile; ``ran`` says what the
+        step does once every partition has run."""
+
+
+class _Quiet:
+    """The progress of a run nobody watches."""
+
+    def step(self, name: str) -> None:
+        pass
+
+    def watch(self, backend: Any, *, ran: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+EAGER_STEP = "eager run"
+COMPILED_STEP = "compile and first call"
 
 
 @dataclasses.dataclass
@@ -280,12 +306,14 @@ def run_both(
     *,
     backward: bool,
     dynamic: bool | None,
+    progress: Progress | None = None,
 ) -> Runs:
     """Runs ``fn`` eagerly and compiled with ``backend``, from one RNG state.
 
     Each side runs its own deep copy of a module. The caller's module, inputs and RNG state
     are left untouched. Warnings about ortlab raised by the compiled run become notes;
-    others are re-issued.
+    others are re-issued. ``progress`` hears of each side as it starts
+    (:func:`run_compiled`).
     """
     target = _harness.unwrap_compiled(fn)
     if isinstance(target, torch.nn.Module):
@@ -294,7 +322,7 @@ def run_both(
         target = copy.deepcopy(target)
     entry = _harness.fresh_entry(target, name="ortlab_diff_call")
     compiled = compile_with(backend, entry, dynamic=dynamic)
-    return run_compiled(compiled, target, args, backend, backward=backward)
+    return run_compiled(compiled, target, args, backend, backward=backward, progress=progress)
 
 
 def run_compiled(
@@ -305,6 +333,7 @@ def run_compiled(
     *,
     backward: bool,
     capture: bool = True,
+    progress: Progress | None = None,
 ) -> Runs:
     """Runs a call compiled already with ``backend``, and its original eagerly, from one
     RNG state.
@@ -325,6 +354,8 @@ def run_compiled(
         backward: Also take gradients (grad enabled, a fixed random output gradient);
             otherwise both sides run under ``torch.no_grad()``.
         capture: Record the compiled side's partition runs (for the localisation).
+        progress: Told of each side as it starts (:data:`EAGER_STEP`, then
+            :data:`COMPILED_STEP`, which watches ``backend``'s compile).
     """
     notes: list[str] = []
     bound_args: tuple[Any, ...] = ()
@@ -353,6 +384,7 @@ def run_compiled(
         backward=backward,
         capture=capture,
         notes=notes,
+        progress=progress or _Quiet(),
     )
 
 
@@ -365,6 +397,7 @@ def _run(
     backward: bool,
     capture: bool,
     notes: list[str],
+    progress: Progress,
 ) -> Runs:
     """Both sides: ``(callable, the module whose parameters get gradients)`` each, eager
     first (its output gradient is reused by the compiled side)."""
@@ -378,8 +411,11 @@ def _run(
     with torch.random.fork_rng(devices=devices):
         rng = RngState.capture(devices)
         side = functools.partial(_run_side, args=args, backward=backward, rng_state=rng)
+        progress.step(EAGER_STEP)
         eager_side, cots = side(eager_fn, eager_module, cotangents=None)
-        with warnings.catch_warnings(record=True) as caught:
+        progress.step(COMPILED_STEP)
+        watch = progress.watch(backend, ran="the rest of the compiled call")
+        with warnings.catch_warnings(record=True) as caught, watch:
             warnings.simplefilter("always")
             try:
                 compiled_side, _ = side(compiled_fn, compiled_module, cotangents=cots)

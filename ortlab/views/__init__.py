@@ -27,7 +27,7 @@ from ortlab.views._inspector import Inspector, PartitionViewer, inspect
 from ortlab.views._plots import plot_timings
 from ortlab.views._profile import icicle_svg, profile_frame, profile_html
 from ortlab.views._report import report, report_html
-from ortlab.views._status import Status
+from ortlab.views._status import Status, status_line
 from ortlab.views._tables import (
     eager_sources_frame,
     graphs_frame,
@@ -49,6 +49,7 @@ __all__ = [
     "PartitionViewer",
     "in_notebook",
     "Status",
+    "status_line",
     # Graphs (Graphviz)
     "fx_graph_view",
     "module_view",

@@ -1,5 +1,6 @@
-"""A live status line for long lab calls: what ``%ortcompile`` is doing now (Dynamo
-trace and lowering → export → session → first run → eager run → numerics → drawing)
+"""A live status line for long lab calls: what ``%ortcompile``, ``ortlab.diff`` or
+``ortlab.bench`` is doing now (Dynamo trace and lowering → export → session → first run
+→ eager run → numerics → drawing; a benchmark's backends one by one, then the timing)
 and how long each step took.
 
 # NOTE: in a notebook the line is a small widget updated in place (also from the
@@ -20,14 +21,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ortlab import _deps, _html
+from ortlab import _deps, _harness, _html
 
 POLL_SECONDS = 0.25
 """How often a watched compile's records are read."""
 
 
-def compile_phase(backend: Any) -> str:
-    """What a backend's first call is doing, read from its records."""
+def compile_phase(backend: Any, *, ran: str = "eager run (the reference)") -> str:
+    """What a backend's first call is doing, read from its records; ``ran`` once every
+    partition has a session and one has run (what the caller does next)."""
     graphs = list(backend.graphs)
     if not graphs:
         return "Dynamo trace and lowering to ATen"
@@ -37,7 +39,7 @@ def compile_phase(backend: Any) -> str:
         return f"export {p.name} ({len(p.node_names)} nodes) to ONNX and make its session"
     if backend.execution_count == 0:
         return "first run in ONNX Runtime"
-    return "eager run (the reference)"
+    return ran
 
 
 class Status:
@@ -107,9 +109,9 @@ class Status:
         return dict(self.steps)
 
     @contextlib.contextmanager
-    def watch(self, backend: Any) -> Iterator[None]:
+    def watch(self, backend: Any, *, ran: str = "eager run (the reference)") -> Iterator[None]:
         """While active, the current step's detail follows ``backend``'s compile
-        (:func:`compile_phase`)."""
+        (:func:`compile_phase`, with ``ran`` once it has run)."""
         if self.widget is None:
             yield
             return
@@ -118,7 +120,7 @@ class Status:
         def poll() -> None:
             while not stop.wait(POLL_SECONDS):
                 try:
-                    self.note(compile_phase(backend))
+                    self.note(compile_phase(backend, ran=ran))
                 except Exception:  # records changing under the reader: try again
                     continue
 
@@ -144,6 +146,22 @@ class Status:
                 '<div class="ortlab-status" style="font-family:monospace;color:#555">'
                 f"{_html.esc(self.text())} ({_seconds(self.seconds)})</div>"
             )
+
+
+def status_line(title: str, *, enabled: bool = True) -> Status:
+    """A status line for a lab call (``ortlab.diff``, ``ortlab.bench``): shown at once in
+    a notebook (when ``enabled``), through IPython's ``display``; elsewhere it keeps its
+    steps' times and shows nothing.
+
+    Args:
+        title: What is working (``"ortlab.diff(Net)"``).
+        enabled: Whether the caller wants it shown at all (``bench(progress=False)``).
+    """
+    live = enabled and _harness.in_notebook()
+    status = Status(title, live=live)
+    if live:
+        status.show(_deps.require("IPython.display").display)
+    return status
 
 
 def _seconds(seconds: float) -> str:
