@@ -763,17 +763,16 @@ def run_ortcompile(
     status = views.Status(f"%ortcompile {expression.strip()}", live=live)
     if display is not None:
         status.show(display)
-    status.step("first call and eager run")
     # The one compiled call (it compiles) and the eager one; the report reuses its runs.
-    with status.watch(backend):
-        runs = _runner.run_compiled(
-            compiled,
-            functools.partial(callee, **kwargs) if kwargs else callee,
-            args,
-            backend,
-            backward=training,
-            capture=options.diff,
-        )
+    runs = _runner.run_compiled(
+        compiled,
+        functools.partial(callee, **kwargs) if kwargs else callee,
+        args,
+        backend,
+        backward=training,
+        capture=options.diff,
+        progress=status,
+    )
     result = OrtCompileResult(
         expression=expression.strip(),
         compiled=compiled,
@@ -838,8 +837,12 @@ def run_ortcompile(
         display(result.inspector)
     status.done()
     result.lab_seconds = max(0.0, status.seconds - result.first_call_seconds)
-    result.lab_steps = {"eager run": runs.eager.seconds, **status.timed()}
-    result.lab_steps.pop("first call and eager run", None)
+    result.lab_steps = {_runner.EAGER_STEP: runs.eager.seconds}
+    result.lab_steps.update(
+        (step, seconds)
+        for step, seconds in status.timed().items()
+        if step not in (_runner.EAGER_STEP, _runner.COMPILED_STEP)  # the first call's
+    )
     result.inspector.set_headline(result.verdict)
     return result
 
