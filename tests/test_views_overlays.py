@@ -118,3 +118,56 @@ def test_numerics_overlays_are_graph_models_with_the_error_on_typed_nodes():
     marked = [n for n in onnx.nodes() if n.xlabel]
     assert [(n.kind, n.fill) for n in marked] == [("onnx", _style.FAIL_FILL)]
     assert {n.kind for n in onnx.nodes()} == {"onnx-input", "onnx", "onnx-output"}
+
+
+class _SigmoidBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x)) + x
+
+
+class _Deep(nn.Module):
+    """Sixty blocks (over 200 FX nodes), one of them to be made wrong in ONNX."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*[_SigmoidBlock() for _ in range(60)])
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def test_numerics_of_a_large_partition_are_drawn_by_module_with_the_worst_error():
+    import onnx
+
+    from ortlab.backend import records
+    from ortlab.views import _graphs, _style, numerics
+
+    def last_sigmoid_to_relu(model: onnx.ModelProto) -> None:
+        sigmoids = [n for n in model.graph.node if n.op_type == "Sigmoid"]
+        sigmoids[-1].op_type = "Relu"  # blocks.59 only
+        assert records.fx_node_of(sigmoids[-1]) is not None
+
+    torch.manual_seed(0)
+    report = ortlab.diff(
+        _Deep().eval(), torch.randn(2, 8), pre_ort_model_transforms=[last_sigmoid_to_relu]
+    )
+    (part,) = report.failing_partitions
+    assert numerics._graph_size(report, part) > _graphs.MAX_DRAWN_NODES
+    fx, onnx_model = numerics.module_overlay_models(report, part, id_prefix="p-")
+    assert fx is not None and onnx_model is not None
+    for model in (fx, onnx_model):
+        assert model.drawn <= _layout.MAX_LAYOUT_NODES
+        assert any(n.kind in ("module", "fold") for n in model.nodes())
+        # blocks.59's Relu (in its box, or drawn alone where its block differs) fails;
+        # its label says by how much.
+        failing = [n for n in model.nodes() if n.fill == _style.FAIL_FILL]
+        assert len(failing) == 1, [(n.label, n.fill) for n in model.nodes()]
+        label = failing[0].label
+        text = label if isinstance(label, str) else " ".join(line.text for line in label)
+        assert "× allowed" in text
+    html = numerics.partition_html(report, part)
+    assert "drawn by module, each box filled by the worst error" in html

@@ -7,6 +7,8 @@
 - :func:`error_histograms` and :func:`error_scatter` (matplotlib);
 - :func:`fx_overlay` / :func:`onnx_overlay`: the error overlaid on a partition's FX graph
   and on its ONNX model (DOT of the lab's one graph model, :mod:`ortlab.views._gmodel`);
+  :func:`module_overlay_models`: the same as module trees, each box with the worst error
+  inside it, for partitions too large to draw node by node;
 - :func:`numerics_html` (one self-contained HTML string: inline SVG, base64 PNG) and
   :func:`numerics_widget` (ipywidgets tabs), built from the same pieces; the Inspector's
   "Numerics" tab and the report's Numerics section use them.
@@ -14,7 +16,7 @@
 Tables show the records' own display cells (``cells()`` under ``HEADERS``, the same as the
 report's text ``repr``); colours, CSS, legends and Graphviz defaults are the lab's
 (:mod:`ortlab.views._style`), and graphs above :data:`~ortlab.views._graphs.MAX_DRAWN_NODES`
-nodes are not drawn, as in every other view of one partition.
+nodes are drawn by module (:mod:`ortlab.views._layout`), as the Inspector draws them.
 
 # NOTE: colour = ``error / allowed error`` of a node, on a log scale: green far below the
 # tolerance, amber approaching it, red beyond it. "Error" is the node's own error (its op
@@ -34,7 +36,16 @@ import numpy as np
 from ortlab import _deps, _html, errors
 from ortlab.backend import records
 from ortlab.numerics import _findings, _records, _report, _tabular
-from ortlab.views import _dot, _fragments, _gmodel, _graphs, _names, _plots, _style
+from ortlab.views import (
+    _dot,
+    _fragments,
+    _gmodel,
+    _graphs,
+    _layout,
+    _names,
+    _plots,
+    _style,
+)
 
 if TYPE_CHECKING:
     import pandas
@@ -45,8 +56,10 @@ __all__ = [
     "diff_table",
     "error_histograms",
     "error_scatter",
+    "error_overlay",
     "fx_overlay",
     "fx_overlay_model",
+    "module_overlay_models",
     "numerics_html",
     "numerics_widget",
     "onnx_overlay",
@@ -521,21 +534,77 @@ def _svg_or_note(model: _gmodel.GraphModel | None) -> str:
     return _fragments.graph_html(_gmodel.render(model))
 
 
+def error_overlay(part: PartitionDiff, onnx: Any = None) -> _gmodel.Overlay:
+    """The partition's errors over the allowed error as an overlay of the module tree:
+    per FX node, or (``onnx``: the session's model) per ONNX node by the FX node it came
+    from; a box standing for several nodes shows the worst."""
+    ratios: dict[str, float] = {}
+    for n in part.nodes:
+        d = n.local if n.local is not None else n.diff
+        if d is not None and d.ratio is not None:
+            ratios[n.node] = d.ratio
+    if onnx is not None:
+        fx_of = (records.fx_node_of(node) for node in onnx.graph.node)
+        ratios = {str(i): ratios[fx] for i, fx in enumerate(fx_of) if fx in ratios}
+    return _gmodel.Overlay(
+        ratios,
+        fill=_style.error_fill,
+        text=lambda ratio: f"error {_html.number(ratio)}× allowed",
+        combine=max,
+    )
+
+
+def module_overlay_models(
+    report: DiffReport, part: PartitionDiff, *, id_prefix: str = ""
+) -> tuple[_gmodel.GraphModel | None, _gmodel.GraphModel | None]:
+    """The partition's FX graph and ONNX model as module trees (their readable first
+    level, as the Inspector draws them), each box filled by the worst error inside it:
+    the overlays of a partition too large to draw node by node."""
+    record = _partition_record(report, part)
+    if record is None:
+        return None, None
+    graph = report.backend.graphs[part.graph_index]
+    colors = _graphs.partition_colors(graph)
+    fx = _layout.layout(
+        _graphs.tree_of(record, graph),
+        id_prefix=f"{id_prefix}fx-",
+        colors=colors,
+        caption=f"{part.label}: the worst error in each module",
+        overlay=error_overlay(part),
+    )
+    session = _session_record(report, part)
+    if session is None:
+        return fx, None
+    onnx = _layout.layout(
+        _graphs.tree_of(session, graph),
+        id_prefix=f"{id_prefix}onnx-",
+        caption=f"{part.label} ONNX: the worst error in each module",
+        overlay=error_overlay(part, session.model),
+    )
+    return fx, onnx
+
+
 def _overlays_html(report: DiffReport, part: PartitionDiff) -> str:
-    size = _graph_size(report, part)
-    if size > _graphs.MAX_DRAWN_NODES:
-        return _fragments.note(
-            f"{size} nodes: too many to lay out (limit {_graphs.MAX_DRAWN_NODES}); the "
-            "nodes table below has them all"
-        )
     if not _dot.dot_available():
         return _fragments.note(_dot.INSTALL_HINT)
     prefix = f"num{part.graph_index}-{part.name}-"  # SVG ids unique on a page
+    size = _graph_size(report, part)
+    if size > _graphs.MAX_DRAWN_NODES:
+        fx, onnx = module_overlay_models(report, part, id_prefix=prefix)
+        lead = _fragments.note(
+            f"{size} nodes: drawn by module, each box filled by the worst error inside "
+            "it; the nodes table below has them all"
+        )
+    else:
+        fx = fx_overlay_model(report, part, id_prefix=prefix)
+        onnx = onnx_overlay_model(report, part, id_prefix=prefix)
+        lead = ""
     return (
-        _style.ERROR_LEGEND + '<div class="ortlab-side">'
-        f"<div><b>FX graph</b>{_svg_or_note(fx_overlay_model(report, part, id_prefix=prefix))}"
-        "</div><div><b>ONNX model</b>"
-        f"{_svg_or_note(onnx_overlay_model(report, part, id_prefix=prefix))}</div></div>"
+        _style.ERROR_LEGEND
+        + lead
+        + '<div class="ortlab-side">'
+        + f"<div><b>FX graph</b>{_svg_or_note(fx)}</div>"
+        + f"<div><b>ONNX model</b>{_svg_or_note(onnx)}</div></div>"
     )
 
 
