@@ -96,3 +96,31 @@ def test_bench_without_progress_shows_no_status_line(notebook):
     model, inputs = zoo.get("mlp").instantiate()
     ortlab.bench(model, *inputs, backends=("eager",), progress=False, **FAST)
     assert notebook.widgets == []
+
+
+def test_an_inspector_shown_in_a_notebook_has_a_status_line_unless_one_is_live(monkeypatch):
+    widgets, outputs = [], []
+
+    def display(obj, raw=False):
+        if hasattr(obj, "value") and hasattr(obj, "observe"):
+            widgets.append(obj)
+            obj.observe(lambda change: outputs.append(change["new"]), names="value")
+        else:
+            outputs.append(obj)
+
+    monkeypatch.setattr(_harness, "in_notebook", lambda: True)
+    monkeypatch.setattr(IPython_display, "display", display)
+    model, inputs = zoo.get("mlp").instantiate()
+    compiled = ortlab.compile(model, compile_cache=False)
+    compiled(*inputs)
+    ortlab.inspect(compiled)._ipython_display_()
+    (line,) = widgets
+    text = " ".join(v for v in outputs if isinstance(v, str))
+    assert "ortlab.inspect(" in text and "summary and module drawings" in text
+    assert "widget" in line.value and line.comm is None  # closed: not saved
+    assert any(isinstance(o, dict) and "text/html" in o for o in outputs)
+    # Inside another lab call (%ortcompile's line on screen) it shows none of its own.
+    outer = _status.status_line("%ortcompile")
+    ortlab.inspect(compiled)._ipython_display_()
+    outer.done()
+    assert len(widgets) == 2 and widgets[1] is outer.widget

@@ -34,6 +34,7 @@ from ortlab import _deps, _harness, _html
 from ortlab.views import (
     _graphs,
     _names,
+    _status,
     _style,
     _subjects,
     _tables,
@@ -345,11 +346,19 @@ class Inspector:
         if not _harness.in_notebook():
             display.display({"text/plain": self.text()}, raw=True)
             return
-        static = self.static_html()  # laid out once, for both outputs
-        display.display(
-            {"text/html": self._static_output(static), "text/plain": self.text()}, raw=True
-        )
-        display.display(self._bundle(static), raw=True)
+        names = ", ".join(subject.name for subject in self.subjects)
+        status = _status.status_line(f"ortlab.inspect({names})")
+        try:
+            status.step("summary and module drawings")
+            static = self.static_html()  # laid out once, for both outputs
+            display.display(
+                {"text/html": self._static_output(static), "text/plain": self.text()},
+                raw=True,
+            )
+            status.step("widget")
+            display.display(self._bundle(static), raw=True)
+        finally:
+            status.done()
 
 
 def _subject_text(subject: _subjects.Subject) -> str:

@@ -26,6 +26,11 @@ from ortlab import _deps, _harness, _html
 POLL_SECONDS = 0.25
 """How often a watched compile's records are read."""
 
+_shown = 0
+"""Status lines on screen now: a lab call inside another (the Inspector ``%ortcompile``
+displays) shows none of its own."""
+_SHOWN_LOCK = threading.Lock()
+
 
 def compile_phase(backend: Any, *, ran: str = "eager run (the reference)") -> str:
     """What a backend's first call is doing, read from its records; ``ran`` once every
@@ -62,6 +67,7 @@ class Status:
         self._started = self._step_started = clock()
         self._lock = threading.Lock()
         self.widget: Any = None
+        self._shown = False
         if live:
             widgets = _deps.require("ipywidgets")
             self.widget = widgets.HTML()
@@ -75,8 +81,12 @@ class Status:
 
     def show(self, display: Callable[[Any], None]) -> None:
         """Displays the line (nothing when it is not live)."""
-        if self.widget is not None:
+        global _shown
+        if self.widget is not None and not self._shown:
             display(self.widget)
+            self._shown = True
+            with _SHOWN_LOCK:
+                _shown += 1
 
     def step(self, name: str) -> None:
         """Ends the current step (its time kept) and starts ``name``."""
@@ -103,6 +113,14 @@ class Status:
             self.current = None
         if self.widget is not None:
             self.widget.close()
+        self._forget()
+
+    def _forget(self) -> None:
+        global _shown
+        if self._shown:
+            self._shown = False
+            with _SHOWN_LOCK:
+                _shown -= 1
 
     def timed(self) -> dict[str, float]:
         """Seconds per finished step, in order."""
@@ -149,15 +167,16 @@ class Status:
 
 
 def status_line(title: str, *, enabled: bool = True) -> Status:
-    """A status line for a lab call (``ortlab.diff``, ``ortlab.bench``): shown at once in
-    a notebook (when ``enabled``), through IPython's ``display``; elsewhere it keeps its
-    steps' times and shows nothing.
+    """A status line for a lab call (``ortlab.diff``, ``ortlab.bench``, an Inspector's
+    display): shown at once in a notebook (when ``enabled`` and no other line is on
+    screen: the call runs inside another lab call), through IPython's ``display``;
+    elsewhere it keeps its steps' times and shows nothing.
 
     Args:
         title: What is working (``"ortlab.diff(Net)"``).
         enabled: Whether the caller wants it shown at all (``bench(progress=False)``).
     """
-    live = enabled and _harness.in_notebook()
+    live = enabled and _harness.in_notebook() and not _shown
     status = Status(title, live=live)
     if live:
         status.show(_deps.require("IPython.display").display)
