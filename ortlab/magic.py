@@ -9,9 +9,9 @@ option)::
     x = torch.randn(8, 2)     # statements: set-up, run in the notebook's namespace
     model(x)                  # last expression: the call that is compiled
 
-This module owns the magic: its options (one table, :data:`_OPTIONS`, from which both the
-IPython parser with its generated help and the plain parser of :func:`parse_arguments`
-are built), the choice of mode, and :class:`OrtCompileResult`.
+This module owns the magic: the choice of mode, the run, and :class:`OrtCompileResult`;
+its options (one table, from which both the IPython parser with its generated help and
+the plain parser of :func:`parse_arguments` are built) are :mod:`ortlab._magic_options`.
 
 What a call does (:func:`run_ortcompile`):
 
@@ -43,16 +43,14 @@ import ast
 import dataclasses
 import functools
 import math
-import re
-import shlex
-import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import ortlab.backend
-from ortlab import _deps, _harness, _html, errors, profiling
+from ortlab import _deps, _harness, _html, _magic_options, errors, profiling
+from ortlab._magic_options import BENCH_WARMUP, USAGE, UsageError, parse_arguments
 from ortlab.bench import _engine, _format, _machine
 from ortlab.numerics import _compare, _diff, _runner
 
@@ -67,330 +65,6 @@ __all__ = [
     "parse_arguments",
     "run_ortcompile",
 ]
-
-BENCH_WARMUP = 3
-"""``--bench N``: untimed calls of each side before the N timed ones."""
-
-USAGE = "%ortcompile [options] model(args)   (%ortcompile -h lists the options)"
-
-_DESCRIPTION = """\
-Compile a call with ortlab (once, with a fresh backend), run it and eager on the same
-arguments from the same RNG state, and show the Inspector under a one-line verdict.
-Returns an OrtCompileResult (.compiled, .backend, .output, .eager_output, .diff, .bench,
-.profile).
-
-  %ortcompile [options] model(x)
-  %%ortcompile [options]     (cell: set-up statements, then the call on its last line)
-
-Mode: a module in eval() mode, or a function called with grad disabled, runs inference
-under torch.no_grad() (one inference graph, no backward); a module in train() mode, or a
-function called with grad enabled, runs training (forward + backward, gradients
-compared). --infer and --train choose.
-"""
-
-_Option = tuple[tuple[str, ...], dict[str, Any]]
-
-_OPTIONS: tuple[_Option, ...] = (
-    (("-h", "--help"), {"action": "store_true", "help": "print this help; nothing runs"}),
-    (
-        ("--infer",),
-        {
-            "action": "store_true",
-            "help": "inference: run under torch.no_grad() (one inference graph, no backward)",
-        },
-    ),
-    (
-        ("--train",),
-        {
-            "action": "store_true",
-            "help": "training: run, time and diff forward + backward (the loss: the outputs "
-            "times a fixed random gradient); gradients of the parameters and "
-            "floating-point inputs are compared",
-        },
-    ),
-    (
-        ("--static",),
-        {"action": "store_true", "help": "torch.compile(dynamic=False): static shapes"},
-    ),
-    (
-        ("--dynamic",),
-        {
-            "action": "store_true",
-            "help": "torch.compile(dynamic=True): every size symbolic from the first call "
-            "(default: torch's, static first, the sizes that change symbolic on recompile)",
-        },
-    ),
-    (("--fullgraph",), {"action": "store_true", "help": "torch.compile(fullgraph=True)"}),
-    (
-        ("--ep",),
-        {
-            "action": "append",
-            "default": [],
-            "metavar": "NAME",
-            "help": "preferred execution provider, repeatable: CUDA or "
-            "CUDAExecutionProvider (option preferred_execution_providers)",
-        },
-    ),
-    (
-        ("--no-aot",),
-        {
-            "action": "store_true",
-            "help": "lower without AOTAutograd (option use_aot_autograd=False)",
-        },
-    ),
-    (
-        ("--option",),
-        {
-            "action": "append",
-            "default": [],
-            "metavar": "KEY=VALUE",
-            "help": "set any OrtBackendOptions field (listed below), repeatable; VALUE is a "
-            "Python literal (2, True, None, 'text', [...]) or a name defined in the "
-            "notebook; applied after --ep and --no-aot",
-        },
-    ),
-    (
-        ("--atol",),
-        {
-            "type": float,
-            "default": None,
-            "metavar": "A",
-            "help": "absolute tolerance (default: the dtype's, as torch.testing.assert_close)",
-        },
-    ),
-    (
-        ("--rtol",),
-        {"type": float, "default": None, "metavar": "R", "help": "relative tolerance"},
-    ),
-    (
-        ("--bench",),
-        {
-            "type": int,
-            "default": 0,
-            "metavar": "N",
-            "help": f"time N calls of the compiled call and of eager each, after "
-            f"{BENCH_WARMUP} warm-up calls, in interleaved blocks (the bench engine); "
-            "show the median and p10-p90 of each",
-        },
-    ),
-    (
-        ("--profile",),
-        {
-            "type": int,
-            "default": 0,
-            "metavar": "N",
-            "help": "profile N runs of the compiled call (ortlab.profile): where the time "
-            "goes by FX node, module and source line (a Profile tab), and options tried on "
-            "this model (freeze_parameters, min_partition_size) with the gain measured",
-        },
-    ),
-    (
-        ("--diff",),
-        {
-            "dest": "diff",
-            "action": "store_true",
-            "default": True,
-            "help": "add the numerics report of the same call: outputs, gradients, "
-            "partitions, first divergent node (the default)",
-        },
-    ),
-    (("--no-diff",), {"dest": "diff", "action": "store_false", "help": "no numerics report"}),
-    (
-        ("call",),
-        {
-            "nargs": "*",
-            "metavar": "CALL",
-            "help": "the call to compile, e.g. model(x); in a cell, the cell's last line",
-        },
-    ),
-)
-
-_TAKES_VALUE = frozenset(
-    name
-    for names, settings in _OPTIONS
-    if settings.get("action", "store") in ("store", "append")
-    for name in names
-    if name.startswith("-")
-)
-
-
-def _epilog() -> str:
-    fields = [f.name for f in dataclasses.fields(ortlab.backend.OrtBackendOptions)]
-    listed = textwrap.fill(
-        "OrtBackendOptions fields for --option (documented on ortlab.OrtBackendOptions): "
-        + ", ".join(fields)
-        + ".",
-        width=88,
-    )
-    return (
-        f"{listed}\n\nExamples:\n"
-        "  %ortcompile --bench 20 model(x)\n"
-        "  %ortcompile --profile 10 model(x)\n"
-        "  %ortcompile --train --atol 1e-4 model(x)\n"
-        "  %ortcompile --option min_partition_size=2 --option freeze_parameters=True m(x)\n"
-        "  %ortcompile --option custom_translations=my_table net(x)\n"
-    )
-
-
-class _UsageError(errors.OrtlabError):
-    """Bad input to the magic; shown as IPython's one-line ``UsageError``."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print and sys.exit
-        raise _UsageError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    """The options as a plain argparse parser (the magic itself uses IPython's, built from
-    the same table)."""
-    p = _Parser(
-        prog="%ortcompile",
-        description=_DESCRIPTION,
-        epilog=_epilog(),
-        add_help=False,
-        allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    for names, settings in _OPTIONS:
-        p.add_argument(*names, **settings)
-    return p
-
-
-def _first_word(text: str) -> tuple[str, str]:
-    """The first word of ``text`` and the rest. Spaces inside quotes or brackets do not
-    end a word (``--option 'excluded_ops=["a", "b"]'``)."""
-    depth, quote, i = 0, "", 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth = max(0, depth - 1)
-        elif c.isspace() and depth == 0:
-            break
-        i += 1
-    if quote:
-        raise _UsageError(f"unterminated quote in the options: {text!r}. Usage: {USAGE}")
-    return text[:i], text[i:].lstrip()
-
-
-def _unquote(word: str) -> str:
-    """A word entirely in quotes without them; any other word as written (so that
-    ``dump_path='out/p'`` keeps the quotes that make its value a string literal)."""
-    if word[:1] in ("'", '"') and word[-1:] == word[0]:
-        parts = shlex.split(word)
-        if len(parts) == 1:
-            return parts[0]
-    return word
-
-
-def parse_arguments(
-    line: str, *, parser: argparse.ArgumentParser | None = None
-) -> tuple[argparse.Namespace, str]:
-    """Splits a magic line into options and the call expression.
-
-    Options come first; the expression starts at the first word that is not an option
-    (or an option's value) and is returned as written.
-
-    Args:
-        line: The magic's line.
-        parser: The parser of the options (the IPython magic passes its own, built by
-            ``magic_arguments`` from the same table); ``None``: a plain argparse one.
-
-    Raises:
-        _UsageError: an unknown option, a bad value, ``--infer`` with ``--train``.
-    """
-    parser = parser if parser is not None else _parser()
-    rest = line.strip()
-    words: list[str] = []
-    wants_value = False
-    while rest and (wants_value or rest.startswith("-")):
-        word, rest = _first_word(rest)
-        word = _unquote(word)
-        words.append(word)
-        if wants_value:
-            wants_value = False
-        else:
-            wants_value = word in _TAKES_VALUE  # not --bench=5
-    if wants_value:
-        raise _UsageError(f"option {words[-1]} needs a value. Usage: {USAGE}")
-    try:
-        options = parser.parse_args(words)
-    except Exception as e:  # the plain parser's _UsageError, or IPython's UsageError
-        raise _UsageError(f"{e}. Usage: {USAGE}") from None
-    if options.bench < 0 or options.profile < 0:
-        raise _UsageError(f"--bench and --profile need a count >= 0. Usage: {USAGE}")
-    if options.infer and options.train:
-        raise _UsageError("--infer and --train exclude each other: give one")
-    if options.static and options.dynamic:
-        raise _UsageError("--static and --dynamic exclude each other: give one")
-    return options, rest
-
-
-_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-
-
-def _option_value(key: str, text: str, namespace: dict[str, Any]) -> Any:
-    """``--option KEY=TEXT``: a Python literal, else a (dotted) name of the notebook."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        pass
-    head = text.split(".")[0]
-    if _NAME.fullmatch(text) and head in namespace:
-        value = namespace[head]
-        try:
-            for attribute in text.split(".")[1:]:
-                value = getattr(value, attribute)
-        except AttributeError as e:
-            raise _UsageError(f"--option {key}={text}: {e}") from None
-        return value
-    raise _UsageError(
-        f"--option {key}={text}: {text!r} is neither a Python literal (2, True, None, "
-        "'text', [...]) nor a name defined in the notebook; quote a string: "
-        f"{key}='{text}'"
-    )
-
-
-def _backend_options(
-    options: argparse.Namespace, namespace: dict[str, Any]
-) -> ortlab.backend.OrtBackendOptions:
-    """The backend's options: the shorthands, then every ``--option``, validated by
-    :class:`~ortlab.OrtBackendOptions` itself.
-
-    Raises:
-        _UsageError: a malformed ``--option``, or the dataclass's own message for an
-            unknown key or a bad value.
-    """
-    # The lab keeps each session's last run, for SessionRecord.save and the Inspector.
-    changes: dict[str, Any] = {"keep_last_run": True}
-    if options.no_aot:
-        changes["use_aot_autograd"] = False
-    if options.ep:
-        changes["preferred_execution_providers"] = [_provider_name(e) for e in options.ep]
-    for item in options.option:
-        key, equals, text = item.partition("=")
-        if not equals or not key.strip():
-            raise _UsageError(
-                f"--option {item}: write KEY=VALUE, e.g. --option min_partition_size=2"
-            )
-        changes[key.strip()] = _option_value(key.strip(), text.strip(), namespace)
-    try:
-        return ortlab.backend.OrtBackendOptions.from_value(changes)
-    except errors.UnsupportedOptionError as e:
-        raise _UsageError(" ".join(str(e).split())) from None
-
-
-def _provider_name(name: str) -> str:
-    return name if name.endswith("ExecutionProvider") else f"{name}ExecutionProvider"
 
 
 def _training(callee: Any, options: argparse.Namespace) -> bool:
@@ -601,30 +275,28 @@ def _evaluate_call(call: ast.Call, namespace: dict[str, Any]) -> tuple[Any, list
             else:
                 kwargs[k.arg] = ev(k.value)
     except NameError as e:
-        raise _UsageError(
+        raise UsageError(
             f"name {e.name!r} is not defined (run the cell that defines it)"
         ) from None
     except Exception as e:
-        raise _UsageError(
+        raise UsageError(
             f"could not evaluate the call's callee or arguments: {errors.describe(e)}"
         ) from None
     if not callable(callee):
-        raise _UsageError(
-            f"{ast.unparse(call.func)} is not callable ({type(callee).__name__})"
-        )
+        raise UsageError(f"{ast.unparse(call.func)} is not callable ({type(callee).__name__})")
     return callee, args, kwargs
 
 
 def _parse_call(source: str) -> ast.Call:
     source = source.strip()
     if not source:
-        raise _UsageError(f"no call expression given. Usage: {USAGE}")
+        raise UsageError(f"no call expression given. Usage: {USAGE}")
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise _UsageError(f"not a Python expression: {e.msg}: {source!r}") from None
+        raise UsageError(f"not a Python expression: {e.msg}: {source!r}") from None
     if not isinstance(tree.body, ast.Call):
-        raise _UsageError(
+        raise UsageError(
             f"{source!r} is not a call expression; write the call to compile, e.g. model(x)"
         )
     return tree.body
@@ -724,7 +396,7 @@ def run_ortcompile(
         display: Called with the Inspector to show it (``IPython.display.display``).
 
     Raises:
-        _UsageError: the expression is not a call, names in it are undefined, or a
+        UsageError: the expression is not a call, names in it are undefined, or a
             backend option is unknown or invalid.
     """
     from ortlab import views
@@ -732,7 +404,7 @@ def run_ortcompile(
     call = _parse_call(expression)
     callee, args, kwargs = _evaluate_call(call, namespace)
     callee = _harness.unwrap_compiled(callee)  # compiling a compiled call would nest
-    backend_options = _backend_options(options, namespace)
+    backend_options = _magic_options.backend_options(options, namespace)
     generating = _harness.generate_method(callee)
     training = False if generating is not None else _training(callee, options)
     compile_options = dict(
@@ -870,7 +542,7 @@ def ortcompile(
     """
     display_mod = _deps.require("IPython.display")
     error_mod = _deps.require("IPython.core.error")
-    parser = parser if parser is not None else _parser()
+    parser = parser if parser is not None else _magic_options.parser_of_options()
     try:
         options, rest = parse_arguments(line, parser=parser)
         if options.help:
@@ -880,13 +552,13 @@ def ortcompile(
             expression = rest
         else:
             if rest:
-                raise _UsageError(
+                raise UsageError(
                     f"%%ortcompile takes only options on its first line, got {rest!r}. "
                     f"Usage: %%ortcompile [options], then the cell"
                 )
             expression = _split_cell(cell, shell)
         return run_ortcompile(options, expression, shell.user_ns, display=display_mod.display)
-    except _UsageError as e:
+    except UsageError as e:
         raise error_mod.UsageError(f"%ortcompile: {e}") from None
 
 
@@ -895,9 +567,9 @@ def _split_cell(cell: str, shell: Any) -> str:
     try:
         tree = ast.parse(cell)
     except SyntaxError as e:
-        raise _UsageError(f"the cell is not valid Python: {e.msg} (line {e.lineno})") from None
+        raise UsageError(f"the cell is not valid Python: {e.msg} (line {e.lineno})") from None
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
-        raise _UsageError("the cell's last line must be the call to compile, e.g. model(x)")
+        raise UsageError("the cell's last line must be the call to compile, e.g. model(x)")
     setup = ast.Module(body=tree.body[:-1], type_ignores=[])
     if setup.body:
         code = compile(setup, "<ortcompile set-up>", "exec")
@@ -907,19 +579,20 @@ def _split_cell(cell: str, shell: Any) -> str:
 
 def _magic(ipython: Any) -> Callable[..., OrtCompileResult | None]:
     """The magic function for ``ipython``, declared with IPython's ``magic_arguments``
-    from :data:`_OPTIONS`: its docstring (what ``%ortcompile?`` and ``-h`` show) is the
-    generated help, and its parser parses the options."""
+    from the options' table (:data:`ortlab._magic_options.OPTIONS`): its docstring (what
+    ``%ortcompile?`` and ``-h`` show) is the generated help, and its parser parses the
+    options."""
     magic_arguments = _deps.require("IPython.core.magic_arguments")
 
     def magic(line: str, cell: str | None = None) -> OrtCompileResult | None:
         return ortcompile(ipython, line, cell, parser=decorated.parser)
 
-    magic.__doc__ = _DESCRIPTION
+    magic.__doc__ = _magic_options.DESCRIPTION
     decorated: Any = magic
     # magic_arguments adds arguments in source order, i.e. the reverse of application.
-    for names, settings in reversed(_OPTIONS):
+    for names, settings in reversed(_magic_options.OPTIONS):
         decorated = magic_arguments.argument(*names, **settings)(decorated)
-    decorated = magic_arguments.kwds(epilog=_epilog())(decorated)
+    decorated = magic_arguments.kwds(epilog=_magic_options.epilog())(decorated)
     return magic_arguments.magic_arguments(name="ortcompile")(decorated)
 
 
