@@ -401,38 +401,16 @@ def run_ortcompile(
     """
     from ortlab import views
 
-    call = _parse_call(expression)
-    callee, args, kwargs = _evaluate_call(call, namespace)
+    callee, args, kwargs = _evaluate_call(_parse_call(expression), namespace)
     callee = _harness.unwrap_compiled(callee)  # compiling a compiled call would nest
     backend_options = _magic_options.backend_options(options, namespace)
     generating = _harness.generate_method(callee)
     training = False if generating is not None else _training(callee, options)
-    compile_options = dict(
-        dynamic=False if options.static else (True if options.dynamic else None),
-        fullgraph=options.fullgraph,
-        options=backend_options,
+    compiled, backend, callee = _compile_call(callee, kwargs, options, backend_options)
+    status = views.Status(
+        f"%ortcompile {expression.strip()}",
+        live=display is not None and _harness.in_notebook(),
     )
-    # A fresh code object per magic call: a fresh backend per call on the same forward
-    # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
-    if generating is None:
-        entry = _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs)
-        compiled = ortlab.backend.compile(entry, **compile_options)
-        backend = ortlab.backend.backend_of(compiled)
-    else:  # generate() calls the module's forward: that is what is compiled
-        forward = ortlab.backend.compile(
-            _harness.fresh_forward(generating.__self__, name="ortcompile_forward"),
-            **compile_options,
-        )
-        backend = ortlab.backend.backend_of(forward)
-        callee = generating  # a compiled module's generate: the module's own
-        compiled = _harness.fresh_entry(
-            _harness.forward_compiled_in(callee, forward),
-            name="ortcompile_generate",
-            kwargs=kwargs,
-        )
-        compiled.ortlab_backend = backend  # type: ignore[attr-defined]
-    live = display is not None and _harness.in_notebook()
-    status = views.Status(f"%ortcompile {expression.strip()}", live=live)
     if display is not None:
         status.show(display)
     # The one compiled call (it compiles) and the eager one; the report reuses its runs.
@@ -445,6 +423,70 @@ def run_ortcompile(
         capture=options.diff,
         progress=status,
     )
+    result = _result_of(expression, compiled, backend, runs, options, training)
+    result.notes += _notes(result, callee, options, backend_options)
+    _lab_steps(result, runs, options, callee, tuple(args), status)
+    status.step("drawing")
+    result.inspector = views.Inspector(
+        backend, diff=result.diff, headline=result.verdict, profile=result.profile
+    )
+    if display is not None:
+        display(result.inspector)
+    status.done()
+    result.lab_seconds = max(0.0, status.seconds - result.first_call_seconds)
+    result.lab_steps = {_runner.EAGER_STEP: runs.eager.seconds}
+    result.lab_steps.update(
+        (step, seconds)
+        for step, seconds in status.timed().items()
+        if step not in (_runner.EAGER_STEP, _runner.COMPILED_STEP)  # the first call's
+    )
+    result.inspector.set_headline(result.verdict)
+    return result
+
+
+def _compile_call(
+    callee: Any,
+    kwargs: dict[str, Any],
+    options: argparse.Namespace,
+    backend_options: ortlab.backend.OrtBackendOptions,
+) -> tuple[Callable[..., Any], OrtBackend, Any]:
+    """The compiled call (taking the positional arguments), its backend, and what runs
+    eagerly beside it: ``callee`` itself, or for a module's ``generate`` the module's own
+    ``generate`` run with its forward compiled (what ``generate`` calls)."""
+    compile_options: dict[str, Any] = dict(
+        dynamic=False if options.static else (True if options.dynamic else None),
+        fullgraph=options.fullgraph,
+        options=backend_options,
+    )
+    # A fresh code object per magic call: a fresh backend per call on the same forward
+    # would otherwise pile up recompilations until Dynamo's limit falls back to eager.
+    generating = _harness.generate_method(callee)
+    if generating is None:
+        entry = _harness.fresh_entry(callee, name="ortcompile_call", kwargs=kwargs)
+        compiled = ortlab.backend.compile(entry, **compile_options)
+        return compiled, ortlab.backend.backend_of(compiled), callee
+    forward = ortlab.backend.compile(
+        _harness.fresh_forward(generating.__self__, name="ortcompile_forward"),
+        **compile_options,
+    )
+    backend = ortlab.backend.backend_of(forward)
+    compiled = _harness.fresh_entry(
+        _harness.forward_compiled_in(generating, forward),
+        name="ortcompile_generate",
+        kwargs=kwargs,
+    )
+    compiled.ortlab_backend = backend  # type: ignore[attr-defined]
+    return compiled, backend, generating
+
+
+def _result_of(
+    expression: str,
+    compiled: Any,
+    backend: OrtBackend,
+    runs: _runner.Runs,
+    options: argparse.Namespace,
+    training: bool,
+) -> OrtCompileResult:
     result = OrtCompileResult(
         expression=expression.strip(),
         compiled=compiled,
@@ -463,15 +505,40 @@ def run_ortcompile(
         result.gradients = dict(runs.compiled.grads)
         result.eager_gradients = dict(runs.eager.grads)
         result.grad_max_abs_diff = max_abs_diff(result.gradients, result.eager_gradients)
-    if generating is not None:
-        result.notes.append(_GENERATE)
-    if not (training or options.bench or backend_options.freeze_parameters) and isinstance(
-        callee, torch.nn.Module
-    ):
-        if any(True for _ in callee.parameters()):
-            result.notes.append(_FREEZE_HINT)
-    if not backend.graphs:
-        result.notes.append(_NO_GRAPH)
+    return result
+
+
+def _notes(
+    result: OrtCompileResult,
+    callee: Any,
+    options: argparse.Namespace,
+    backend_options: ortlab.backend.OrtBackendOptions,
+) -> list[str]:
+    """What the verdict alone does not say: generate() compiled through its forward,
+    parameters that freezing could help (measured with ``--bench``), no graph."""
+    notes = []
+    if _harness.generate_method(callee) is not None:
+        notes.append(_GENERATE)
+    frozen = backend_options.freeze_parameters
+    if result.mode == "inference" and not (options.bench or frozen):
+        if isinstance(callee, torch.nn.Module) and any(True for _ in callee.parameters()):
+            notes.append(_FREEZE_HINT)
+    if not result.backend.graphs:
+        notes.append(_NO_GRAPH)
+    return notes
+
+
+def _lab_steps(
+    result: OrtCompileResult,
+    runs: _runner.Runs,
+    options: argparse.Namespace,
+    callee: Any,
+    args: tuple[Any, ...],
+    status: Any,
+) -> None:
+    """The numerics, the timing (with the freeze trial) and the profile asked for, each
+    a step of the status line; a failure is said on the result, never raised."""
+    training = result.mode == "training"
     if options.diff:
         status.step("numerics")
         try:
@@ -490,33 +557,17 @@ def run_ortcompile(
         if not training and isinstance(callee, torch.nn.Module):
             status.step("trying freeze_parameters=True")
             result.freeze = profiling.freeze_trial(
-                compiled, tuple(args), {}, runs=options.bench, model=callee
+                result.compiled, args, {}, runs=options.bench, model=callee
             )
     if options.profile:
         status.step("profile")
         try:
             with torch.set_grad_enabled(training):
                 result.profile = profiling.profile(
-                    compiled, *args, runs=options.profile, advise=not training
+                    result.compiled, *args, runs=options.profile, advise=not training
                 )
         except errors.OrtlabError as e:
             result.profile_error = str(e)
-    status.step("drawing")
-    result.inspector = views.Inspector(
-        backend, diff=result.diff, headline=result.verdict, profile=result.profile
-    )
-    if display is not None:
-        display(result.inspector)
-    status.done()
-    result.lab_seconds = max(0.0, status.seconds - result.first_call_seconds)
-    result.lab_steps = {_runner.EAGER_STEP: runs.eager.seconds}
-    result.lab_steps.update(
-        (step, seconds)
-        for step, seconds in status.timed().items()
-        if step not in (_runner.EAGER_STEP, _runner.COMPILED_STEP)  # the first call's
-    )
-    result.inspector.set_headline(result.verdict)
-    return result
 
 
 def ortcompile(
