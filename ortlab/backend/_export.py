@@ -209,6 +209,59 @@ def _optimize(
     return None
 
 
+def _fuse(
+    model: Any, *, keep_unfused: bool, timings: dict[str, float]
+) -> tuple[dict[str, int], onnx.ModelProto | None, Exception | None]:
+    """Rewrites ``model`` with ONNX Runtime's fused operators (``_fusions.fuse``): the
+    fusions applied, the model as it was before (``keep_unfused``), and what the rewrite
+    raised (the model may then be half rewritten), else ``None``."""
+    import onnx_ir as ir
+
+    start = time.perf_counter()
+    unfused = ir.serde.serialize_model(model) if keep_unfused else None
+    try:
+        return _fusions.fuse(model), unfused, None
+    except Exception as e:
+        return {}, None, e
+    finally:
+        timings["fuse"] = time.perf_counter() - start
+
+
+def _translated(
+    gm: torch.fx.GraphModule,
+    name: str,
+    static_args: Sequence[Any] | None,
+    frozen: Mapping[int, torch.Tensor],
+    opset_version: int | None,
+    registry: Any,
+    timings: dict[str, float],
+) -> Any:
+    """The partition translated by torchlib into an onnx-ir model (frozen inputs as
+    initializers), before any clean-up; fills ``timings`` (type promotion, translate)."""
+    work = copy_graph_module(gm)
+    if static_args is not None:
+        _propagate_concrete_shapes(work, static_args)
+    _fill_schema_defaults(work)
+    start = time.perf_counter()
+    if _needs_type_promotion(work):
+        _torch_private.insert_type_promotion(work)
+    timings["type_promotion"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    model = _torch_private.translate_fx_graph(
+        work, name=name, opset_version=opset_version, registry=registry
+    )
+    if "" not in model.opset_imports:
+        # Nodes that all translate to nothing (a mean over the one dim of a 0-d tensor)
+        # leave no node to import the default opset, and ONNX Runtime refuses a model
+        # without one ("Missing opset in the model").
+        model.opset_imports[""] = opset_version or _torch_private.default_opset()
+    if frozen:
+        _freeze_inputs(model, frozen)
+    timings["translate"] = time.perf_counter() - start
+    return model
+
+
 def _translate_direct(
     gm: torch.fx.GraphModule,
     *,
@@ -235,30 +288,12 @@ def _translate_direct(
     """
     import onnx_ir as ir
 
-    work = copy_graph_module(gm)
-    if static_args is not None:
-        _propagate_concrete_shapes(work, static_args)
-    _fill_schema_defaults(work)
-    start = time.perf_counter()
-    if _needs_type_promotion(work):
-        _torch_private.insert_type_promotion(work)
-    timings["type_promotion"] = time.perf_counter() - start
-
-    start = time.perf_counter()
-    model = _torch_private.translate_fx_graph(
-        work, name=name, opset_version=opset_version, registry=registry
-    )
-    if "" not in model.opset_imports:
-        # Nodes that all translate to nothing (a mean over the one dim of a 0-d tensor)
-        # leave no node to import the default opset, and ONNX Runtime refuses a model
-        # without one ("Missing opset in the model").
-        model.opset_imports[""] = opset_version or _torch_private.default_opset()
-    if frozen:
-        _freeze_inputs(model, frozen)
+    model = _translated(gm, name, static_args, frozen, opset_version, registry, timings)
     clean_ups = _passes.CleanUps()
+    start = time.perf_counter()
     clean_ups(model)
     passes.update(clean_ups.modified_by)
-    timings["translate"] = time.perf_counter() - start
+    timings["translate"] += time.perf_counter() - start
 
     again = functools.partial(
         _translate_direct,
@@ -286,18 +321,14 @@ def _translate_direct(
     note = ""
     unfused_proto = None
     if fused:
-        start = time.perf_counter()
-        if fuse is None:
-            unfused_proto = ir.serde.serialize_model(model)
-        try:
-            fusions = _fusions.fuse(model)
-        except Exception as e:
-            timings["fuse"] = time.perf_counter() - start
+        keep = fuse is None
+        fusions, unfused_proto, failed = _fuse(model, keep_unfused=keep, timings=timings)
+        if failed is not None:
             unfused: dict[str, float] = {}
             proto, _, _, note, _ = again(fuse=False, optimize=optimize, timings=unfused)
             add_timings(timings, unfused)
-            return proto, False, {}, _fusions.join_notes(_fusions.failed_note(e), note), None
-        timings["fuse"] = time.perf_counter() - start
+            why = _fusions.join_notes(_fusions.failed_note(failed), note)
+            return proto, False, {}, why, None
         if not fusions:
             note = _fusions.NO_PATTERNS_NOTE
 
