@@ -159,7 +159,7 @@ def test_the_status_line_shows_each_step_with_its_time_and_closes_when_done():
     now = [0.0]
     status = views.Status("%ortcompile m(x)", live=True, clock=lambda: now[0])
     shown = []
-    status.show(shown.append)
+    status.show(lambda widget, **options: shown.append(widget))
     assert shown == [status.widget]
     status.step("first call")
     status.note("export fused_0 (3 nodes)")

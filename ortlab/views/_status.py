@@ -1,16 +1,16 @@
-"""A live status line for long lab calls: what ``%ortcompile``, ``ortlab.diff`` or
-``ortlab.bench`` is doing now (Dynamo trace and lowering → export → session → first run
-→ eager run → numerics → drawing; a benchmark's backends one by one, then the timing)
-and how long each step took.
+"""A live status line for long lab calls: what ``%ortcompile``, ``ortlab.diff``,
+``ortlab.bench`` or a displayed Inspector is doing now (Dynamo trace and lowering →
+export → session → first run → eager run → numerics → drawing; a benchmark's backends
+one by one, then the timing) and how long each step took.
 
 # NOTE: in a notebook the line is a small widget updated in place (also from the
 # thread that watches a compile: widget updates are messages, safe from any thread);
-# it is closed when the call ends, so a saved notebook keeps no trace of it (the
-# headline has the times). The compile itself runs inside Dynamo, so its steps are read
-# from the backend's records as they appear (:func:`compile_phase`, polled every
-# :data:`POLL_SECONDS`): no graph yet -> Dynamo is tracing or lowering; a partition
-# without a session -> it is being exported; ... Elsewhere the status keeps the steps'
-# times and shows nothing.
+# when the call ends its output is emptied (through its display id) and the widget
+# closed, so a saved notebook keeps no trace of it (the headline has the times). The
+# compile itself runs inside Dynamo, so its steps are read from the backend's records
+# as they appear (:func:`compile_phase`, polled every :data:`POLL_SECONDS`): no graph
+# yet -> Dynamo is tracing or lowering; a partition without a session -> it is being
+# exported; ... Elsewhere the status keeps the steps' times and shows nothing.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class Status:
         self._lock = threading.Lock()
         self.widget: Any = None
         self._shown = False
+        self._handle: Any = None
         if live:
             widgets = _deps.require("ipywidgets")
             self.widget = widgets.HTML()
@@ -79,11 +80,13 @@ class Status:
         """Seconds since the status started."""
         return self.clock() - self._started
 
-    def show(self, display: Callable[[Any], None]) -> None:
-        """Displays the line (nothing when it is not live)."""
+    def show(self, display: Callable[..., Any]) -> None:
+        """Displays the line (nothing when it is not live) with ``display``
+        (``IPython.display.display``: called with ``display_id=True``, its handle
+        empties the output when the line closes)."""
         global _shown
         if self.widget is not None and not self._shown:
-            display(self.widget)
+            self._handle = display(self.widget, display_id=True)
             self._shown = True
             with _SHOWN_LOCK:
                 _shown += 1
@@ -112,6 +115,12 @@ class Status:
             self.steps = [s for s in self.steps if s[0]]
             self.current = None
         if self.widget is not None:
+            # The output is emptied before the widget closes: a saved notebook would
+            # otherwise keep a view of a widget that no longer exists, which JupyterLab
+            # shows as "Error displaying widget: model not found" when it is reopened.
+            update = getattr(self._handle, "update", None)
+            if update is not None:
+                update({"text/plain": ""}, raw=True)
             self.widget.close()
         self._forget()
 
