@@ -227,20 +227,24 @@ def _fuse(
         timings["fuse"] = time.perf_counter() - start
 
 
-def _translated(
-    gm: torch.fx.GraphModule,
-    name: str,
-    static_args: Sequence[Any] | None,
-    frozen: Mapping[int, torch.Tensor],
-    opset_version: int | None,
-    registry: Any,
-    timings: dict[str, float],
-) -> Any:
+@dataclasses.dataclass(frozen=True)
+class _Translation:
+    """What the direct translation of a partition reads (see :func:`export_partition`)."""
+
+    gm: torch.fx.GraphModule
+    name: str
+    static_args: Sequence[Any] | None
+    frozen: Mapping[int, torch.Tensor]
+    opset_version: int | None
+    registry: Any
+
+
+def _translated(t: _Translation, timings: dict[str, float]) -> Any:
     """The partition translated by torchlib into an onnx-ir model (frozen inputs as
     initializers), before any clean-up; fills ``timings`` (type promotion, translate)."""
-    work = copy_graph_module(gm)
-    if static_args is not None:
-        _propagate_concrete_shapes(work, static_args)
+    work = copy_graph_module(t.gm)
+    if t.static_args is not None:
+        _propagate_concrete_shapes(work, t.static_args)
     _fill_schema_defaults(work)
     start = time.perf_counter()
     if _needs_type_promotion(work):
@@ -249,27 +253,22 @@ def _translated(
 
     start = time.perf_counter()
     model = _torch_private.translate_fx_graph(
-        work, name=name, opset_version=opset_version, registry=registry
+        work, name=t.name, opset_version=t.opset_version, registry=t.registry
     )
     if "" not in model.opset_imports:
         # Nodes that all translate to nothing (a mean over the one dim of a 0-d tensor)
         # leave no node to import the default opset, and ONNX Runtime refuses a model
         # without one ("Missing opset in the model").
-        model.opset_imports[""] = opset_version or _torch_private.default_opset()
-    if frozen:
-        _freeze_inputs(model, frozen)
+        model.opset_imports[""] = t.opset_version or _torch_private.default_opset()
+    if t.frozen:
+        _freeze_inputs(model, t.frozen)
     timings["translate"] = time.perf_counter() - start
     return model
 
 
 def _translate_direct(
-    gm: torch.fx.GraphModule,
+    t: _Translation,
     *,
-    name: str,
-    static_args: Sequence[Any] | None,
-    frozen: Mapping[int, torch.Tensor],
-    opset_version: int | None,
-    registry: Any,
     fuse: bool | None,
     optimize: bool,
     timings: dict[str, float],
@@ -288,23 +287,14 @@ def _translate_direct(
     """
     import onnx_ir as ir
 
-    model = _translated(gm, name, static_args, frozen, opset_version, registry, timings)
+    model = _translated(t, timings)
     clean_ups = _passes.CleanUps()
     start = time.perf_counter()
     clean_ups(model)
     passes.update(clean_ups.modified_by)
     timings["translate"] += time.perf_counter() - start
 
-    again = functools.partial(
-        _translate_direct,
-        gm,
-        name=name,
-        static_args=static_args,
-        frozen=frozen,
-        opset_version=opset_version,
-        registry=registry,
-        passes=passes,
-    )
+    again = functools.partial(_translate_direct, t, passes=passes)
     fused = _fusions.wanted(model, fuse)
     if optimize and not fused:  # the fusions run the same optimizer first
         failed = _optimize(model, timings, passes)
@@ -474,13 +464,11 @@ def export_partition(
     if _torch_private.DIRECT_TRANSLATION_ERROR is None:
         try:
             with _TRANSLATION_LOCK:
+                translation = _Translation(
+                    gm, name, args if static else None, frozen, opset_version, registry
+                )
                 proto, fused, fusions, fusion_note, unfused = _translate_direct(
-                    gm,
-                    name=name,
-                    static_args=args if static else None,
-                    frozen=frozen,
-                    opset_version=opset_version,
-                    registry=registry,
+                    translation,
                     fuse=fuse,
                     optimize=optimize,
                     timings=timings,
