@@ -63,12 +63,17 @@ def fresh_entry(
     def call(*args: Any) -> Any:
         return target(*args, **bound)
 
-    unique = f"{name}_{next(_ENTRY_NUMBERS)}"
-    code = call.__code__.replace(co_name=unique)  # co_qualname: Python 3.11+ only
-    return types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
+    return _numbered_copy(call, name)
 
 
 _ENTRY_NUMBERS = itertools.count(1)
+
+
+def _numbered_copy(call: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``call`` with a code object of its own named ``name`` and a number."""
+    unique = f"{name}_{next(_ENTRY_NUMBERS)}"
+    code = call.__code__.replace(co_name=unique)  # co_qualname: Python 3.11+ only
+    return types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
 
 
 def generate_method(fn: Any) -> Any:
@@ -94,11 +99,7 @@ def fresh_forward(module: torch.nn.Module, *, name: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         return forward(*args, **kwargs)
 
-    unique = f"{name}_{next(_ENTRY_NUMBERS)}"
-    code = call.__code__.replace(co_name=unique)
-    entry = types.FunctionType(code, call.__globals__, unique, None, call.__closure__)
-    functools.update_wrapper(entry, forward)
-    return entry
+    return functools.update_wrapper(_numbered_copy(call, name), forward)
 
 
 def forward_compiled_in(
