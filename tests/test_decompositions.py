@@ -20,14 +20,30 @@ CASES = [
 ]
 
 
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+@pytest.fixture(params=["im2col", "convolution"])
+def weight_form(request, monkeypatch):
+    """Each case in both forms of the weight gradient (the convolution form is the one
+    taken past the im2col form's limits)."""
+    if request.param == "convolution":
+        monkeypatch.setattr(_decompositions, "IM2COL_MAX_OFFSETS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("spatial", [2, 1, 3])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_convolution_backward_in_convolutions_matches_aten(case):
+def test_convolution_backward_decomposed_matches_aten(case, spatial, weight_form):
     cin, cout, k, stride, pad, dil, groups, size = case
+    if spatial == 3:
+        size, k = min(size, 9), min(k, 3)
     torch.manual_seed(0)
-    x = torch.randn(2, cin, size, size, dtype=torch.float64)
-    w = torch.randn(cout, cin // groups, k, k, dtype=torch.float64)
-    go = torch.randn_like(F.conv2d(x, w, None, stride, pad, dil, groups))
-    args = (go, x, w, [cout], [stride] * 2, [pad] * 2, [dil] * 2, False, [0, 0], groups)
+    x = torch.randn(2, cin, *[size] * spatial, dtype=torch.float64)
+    w = torch.randn(cout, cin // groups, *[k] * spatial, dtype=torch.float64)
+    go = torch.randn_like(CONV[spatial](x, w, None, stride, pad, dil, groups))
+    sizes = [[value] * spatial for value in (stride, pad, dil)]
+    args = (go, x, w, [cout], *sizes, False, [0] * spatial, groups)
     expected = torch.ops.aten.convolution_backward.default(*args, [True, True, True])
     got = _decompositions.convolution_backward(*args, [True, True, True])
     for g, e in zip(got, expected):
@@ -65,3 +81,7 @@ def test_a_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
     backward = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
     assert len(backward) == 1 and len(backward[0].partitions) == 1
     assert not backward[0].eager_node_names
+    # The weight gradients ran as matrix products, the input gradient as ConvTranspose.
+    ops = [n.op_type for n in backward[0].partitions[0].sessions[0].model.graph.node]
+    assert "Conv" not in ops and ops.count("ConvTranspose") == 1
+    assert ops.count("MatMul") + ops.count("Gemm") >= 3
