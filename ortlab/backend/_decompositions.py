@@ -27,7 +27,6 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -125,26 +124,44 @@ def _grad_weight_im2col(
     x = aten.permute.default(input, [1, 0, *range(2, input.dim())])
     if any(padding):
         x = aten.constant_pad_nd.default(x, [p for p in reversed(padding) for _ in (0, 1)])
-    slices = []
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        piece = x
-        for d, (k, size) in enumerate(zip(offset, spatial_out)):
-            start = k * dilation[d]
-            end = start + (size - 1) * stride[d] + 1
-            piece = aten.slice.Tensor(piece, 2 + d, start, end, stride[d])
-        slices.append(piece)
+    slices = _offset_slices(x, 0, kernel, spatial_out, stride, dilation)
     patches = aten.stack.default(slices, 1)  # [C, K, N, *So]
-    patches = aten.reshape.default(
-        patches, [groups, in_channels // groups * len(slices), positions]
-    )
     g = aten.permute.default(grad_output, [1, 0, *range(2, grad_output.dim())])
-    g = aten.reshape.default(g, [groups, out_channels // groups, positions])
-    if groups == 1:
-        patches = aten.permute.default(aten.select.int(patches, 0, 0), [1, 0])
-        product = aten.mm.default(aten.select.int(g, 0, 0), patches)
+    if groups == 1:  # a plain MatMul (a select of the group would copy the patches)
+        patches = aten.reshape.default(patches, [in_channels * len(slices), positions])
+        g = aten.reshape.default(g, [out_channels, positions])
+        product = aten.mm.default(g, aten.permute.default(patches, [1, 0]))
     else:
+        patches = aten.reshape.default(
+            patches, [groups, in_channels // groups * len(slices), positions]
+        )
+        g = aten.reshape.default(g, [groups, out_channels // groups, positions])
         product = aten.bmm.default(g, aten.permute.default(patches, [0, 2, 1]))
     return aten.reshape.default(product, [out_channels, in_channels // groups, *kernel])
+
+
+def _offset_slices(
+    x: torch.Tensor,
+    d: int,
+    kernel: list[int],
+    spatial_out: list[int],
+    stride: list[int],
+    dilation: list[int],
+) -> list[torch.Tensor]:
+    """The strided slice of ``x`` [C, N, *S] under each kernel offset, in the kernel's
+    order; the slices of dim ``d`` are shared by every offset below it (a 3x3 kernel:
+    3 + 9 slices, not 18). A slice that keeps the whole dim is skipped."""
+    if d == len(kernel):
+        return [x]
+    found = []
+    for k in range(kernel[d]):
+        start = k * dilation[d]
+        end = start + (spatial_out[d] - 1) * stride[d] + 1
+        piece = x
+        if (start, end, stride[d]) != (0, x.shape[2 + d], 1):
+            piece = aten.slice.Tensor(x, 2 + d, start, end, stride[d])
+        found.extend(_offset_slices(piece, d + 1, kernel, spatial_out, stride, dilation))
+    return found
 
 
 def _grad_weight_conv(
