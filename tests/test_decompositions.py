@@ -85,3 +85,18 @@ def test_a_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
     ops = [n.op_type for n in backward[0].partitions[0].sessions[0].model.graph.node]
     assert "Conv" not in ops and ops.count("ConvTranspose") == 1
     assert ops.count("MatMul") + ops.count("Gemm") >= 3
+
+
+def test_the_weight_gradient_form_follows_the_im2col_limits(monkeypatch):
+    def form(input_shape, weight_shape, grad_shape):
+        x, w, go = (
+            torch.empty(s, device="meta") for s in (input_shape, weight_shape, grad_shape)
+        )
+        return _decompositions._im2col_fits(go, x, w)
+
+    assert form((8, 64, 28, 28), (64, 64, 3, 3), (8, 64, 28, 28))  # a ResNet block
+    assert not form((1, 3, 224, 224), (768, 3, 16, 16), (1, 768, 14, 14))  # 256 offsets
+    # 64 channels x 9 offsets x 64 x 112 x 112 positions = 4.6e8 elements: too many
+    assert not form((64, 64, 112, 112), (64, 64, 3, 3), (64, 64, 112, 112))
+    monkeypatch.setattr(_decompositions, "IM2COL_MAX_ELEMENTS", 2**40)
+    assert form((64, 64, 112, 112), (64, 64, 3, 3), (64, 64, 112, 112))
