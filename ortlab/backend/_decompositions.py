@@ -18,8 +18,9 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 #                 stride and dilation swap roles, the result cut to kh, kw).
 #                 Measured on ResNet-18's training step (b8, 112², 2 threads): the
 #                 convolution form spent 266 ms a step in ONNX Runtime's Conv and made
-#                 the step 1.72-1.97x eager; the MatMul form made it 0.98-1.22x eager,
-#                 still one partition (PyTorch's own kernel, 17 partitions: 1.13-1.28x).
+#                 the step 1.72-1.97x eager; the MatMul form made it 0.98-1.41x eager
+#                 (five runs), still one partition (PyTorch's own kernel, 17 partitions:
+#                 1.13-1.28x).
 #   grad_bias   = grad_output summed over all but the channel dim
 #
 # Transposed convolutions keep the op (the decomposition returns NotImplemented).
