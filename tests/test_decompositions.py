@@ -100,3 +100,20 @@ def test_the_weight_gradient_form_follows_the_im2col_limits(monkeypatch):
     assert not form((64, 64, 112, 112), (64, 64, 3, 3), (64, 64, 112, 112))
     monkeypatch.setattr(_decompositions, "IM2COL_MAX_ELEMENTS", 2**40)
     assert form((64, 64, 112, 112), (64, 64, 3, 3), (64, 64, 112, 112))
+
+
+def test_symbolic_sizes_keep_the_convolution_form():
+    """Choosing by size would add a guard on the symbolic sizes: the convolution form
+    is taken instead."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def weight_gradient(go, x, w):
+        args = (None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])
+        return _decompositions.convolution_backward(go, x, w, *args)[1]
+
+    example = (torch.randn(2, 4, 8, 8), torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
+    aten = torch.ops.aten
+    for mode, form in (("symbolic", aten.convolution.default), ("real", aten.mm.default)):
+        graph = make_fx(weight_gradient, tracing_mode=mode)(*example).graph
+        targets = {n.target for n in graph.nodes if n.op == "call_function"}
+        assert form in targets, mode
