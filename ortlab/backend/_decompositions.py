@@ -28,6 +28,7 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +36,16 @@ from typing import Any
 import torch
 
 aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class _Geometry:
+    """A convolution's stride, padding and dilation (one per spatial dim) and groups."""
+
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: int
 
 
 def convolution_backward(
@@ -54,26 +65,29 @@ def convolution_backward(
     if transposed:
         return NotImplemented
     spatial = weight.dim() - 2
-    stride, padding, dilation = (_expand(v, spatial) for v in (stride, padding, dilation))
+    geometry = _Geometry(
+        _expand(stride, spatial), _expand(padding, spatial), _expand(dilation, spatial), groups
+    )
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         restore = []
         for d in range(spatial):
             kernel = weight.shape[2 + d]
             produced = (
-                (grad_output.shape[2 + d] - 1) * stride[d]
-                - 2 * padding[d]
-                + dilation[d] * (kernel - 1)
+                (grad_output.shape[2 + d] - 1) * geometry.stride[d]
+                - 2 * geometry.padding[d]
+                + geometry.dilation[d] * (kernel - 1)
                 + 1
             )
             restore.append(input.shape[2 + d] - produced)
+        same = (geometry.stride, geometry.padding, geometry.dilation)
         grad_input = aten.convolution.default(
-            grad_output, weight, None, stride, padding, dilation, True, restore, groups
+            grad_output, weight, None, *same, True, restore, groups
         )
     if output_mask[1]:
-        grad_weight = _grad_weight(
-            grad_output, input, weight, stride, padding, dilation, groups
-        )
+        fits = _im2col_fits(grad_output, input, weight)
+        form = _grad_weight_im2col if fits else _grad_weight_conv
+        grad_weight = form(grad_output, input, weight, geometry)
     if output_mask[2]:
         dims = [0, *range(2, grad_output.dim())]
         grad_bias = aten.sum.dim_IntList(grad_output, dims)
@@ -83,20 +97,6 @@ def convolution_backward(
 # The im2col form's limits: kernel offsets (one slice each) and elements of the patches.
 IM2COL_MAX_OFFSETS = 64
 IM2COL_MAX_ELEMENTS = 2**26
-
-
-def _grad_weight(
-    grad_output: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-) -> torch.Tensor:
-    fits = _im2col_fits(grad_output, input, weight)
-    form = _grad_weight_im2col if fits else _grad_weight_conv
-    return form(grad_output, input, weight, stride, padding, dilation, groups)
 
 
 def _im2col_fits(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -109,13 +109,7 @@ def _im2col_fits(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.T
 
 
 def _grad_weight_im2col(
-    grad_output: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
+    grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, geometry: _Geometry
 ) -> torch.Tensor:
     batch, in_channels = input.shape[0], input.shape[1]
     out_channels, kernel = weight.shape[0], list(weight.shape[2:])
@@ -123,9 +117,11 @@ def _grad_weight_im2col(
     positions = batch * math.prod(spatial_out)
     # input [N, C, *S] -> [C, N, *S], padded: each offset's slice is then [C, N, *So].
     x = aten.permute.default(input, [1, 0, *range(2, input.dim())])
-    if any(padding):
-        x = aten.constant_pad_nd.default(x, [p for p in reversed(padding) for _ in (0, 1)])
-    slices = _offset_slices(x, 0, kernel, spatial_out, stride, dilation)
+    groups = geometry.groups
+    if any(geometry.padding):
+        pads = [p for p in reversed(geometry.padding) for _ in (0, 1)]
+        x = aten.constant_pad_nd.default(x, pads)
+    slices = _offset_slices(x, 0, kernel, spatial_out, geometry)
     patches = aten.stack.default(slices, 1)  # [C, K, N, *So]
     g = aten.permute.default(grad_output, [1, 0, *range(2, grad_output.dim())])
     if groups == 1:  # a plain MatMul (a select of the group would copy the patches)
@@ -146,8 +142,7 @@ def _offset_slices(
     d: int,
     kernel: list[int],
     spatial_out: list[int],
-    stride: list[int],
-    dilation: list[int],
+    geometry: _Geometry,
 ) -> list[torch.Tensor]:
     """The strided slice of ``x`` [C, N, *S] under each kernel offset, in the kernel's
     order; the slices of dim ``d`` are shared by every offset below it (a 3x3 kernel:
@@ -155,27 +150,22 @@ def _offset_slices(
     if d == len(kernel):
         return [x]
     found = []
+    stride, dilation = geometry.stride[d], geometry.dilation[d]
     for k in range(kernel[d]):
-        start = k * dilation[d]
-        end = start + (spatial_out[d] - 1) * stride[d] + 1
+        start = k * dilation
+        end = start + (spatial_out[d] - 1) * stride + 1
         piece = x
-        if (start, end, stride[d]) != (0, x.shape[2 + d], 1):
-            piece = aten.slice.Tensor(x, 2 + d, start, end, stride[d])
-        found.extend(_offset_slices(piece, d + 1, kernel, spatial_out, stride, dilation))
+        if (start, end, stride) != (0, x.shape[2 + d], 1):
+            piece = aten.slice.Tensor(x, 2 + d, start, end, stride)
+        found.extend(_offset_slices(piece, d + 1, kernel, spatial_out, geometry))
     return found
 
 
 def _grad_weight_conv(
-    grad_output: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
+    grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, geometry: _Geometry
 ) -> torch.Tensor:
     batch, in_channels = input.shape[0], input.shape[1]
-    spatial_in = list(input.shape[2:])
+    groups, spatial_in = geometry.groups, list(input.shape[2:])
     per_group_in = in_channels // groups
     # input [N, g*cig, *S] -> [cig, g*N, *S]: each group's batch becomes its channels.
     x = aten.view.default(input, [batch, groups, per_group_in, *spatial_in])
@@ -183,8 +173,9 @@ def _grad_weight_conv(
     x = aten.reshape.default(x, [per_group_in, groups * batch, *spatial_in])
     # grad_output [N, g*cog, *So] -> [g*cog, N, *So]: the weight of that convolution.
     w = aten.permute.default(grad_output, [1, 0, *range(2, grad_output.dim())])
+    swapped = (geometry.dilation, geometry.padding, geometry.stride)  # stride <-> dilation
     result = aten.convolution.default(
-        x, w, None, dilation, padding, stride, False, [0] * len(spatial_in), groups
+        x, w, None, *swapped, False, [0] * len(spatial_in), groups
     )
     # [cig, g*cog, *K'] -> [g*cog, cig, *K], cut to the kernel's size.
     result = aten.permute.default(result, [1, 0, *range(2, result.dim())])
