@@ -22,6 +22,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -413,6 +414,75 @@ def _outputs_in_memory_order(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -
     )
 
 
+_VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+"""Ops whose output, as a graph output, ONNX Runtime copies out of their input's buffer
+(inside a graph it aliases the buffer): a graph output they end in is returned before
+them, and viewed in PyTorch."""
+
+
+def _static_dims(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    tensor = info.type.tensor_type
+    if not tensor.HasField("shape"):
+        return None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+    return None if -1 in dims else dims
+
+
+def _outputs_before_views(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -> None:
+    """Returns each graph output that a reshape ends (``_unsafe_view`` of a matrix
+    product: an LM head's logits) as the reshape's input, and lists the ONNX shapes in
+    the model's metadata, in place: the runner views ORT's tensor to the FX value's
+    shape, which costs nothing, where ONNX Runtime copies a graph output that a reshape
+    produces (64 ms a step for GPT-2's [512, 50257] logits). Only where both shapes are
+    static and the reshape's input is computed in the graph and is no other output. The
+    reshape stays in the graph, unused (ONNX Runtime's views free): the lab's debug
+    models still find the FX node's value under its name."""
+    (output,) = (n for n in gm.graph.nodes if n.op == "output")
+    returned = output.args[0]
+    if not isinstance(returned, (tuple, list)):
+        returned = (returned,)
+    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in returned]
+    graph = proto.graph
+    if len(values) != len(graph.output):
+        return
+    producers = {out: node for node in graph.node for out in node.output}
+    infos = {info.name: info for info in graph.value_info}
+    outside = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    taken = {info.name for info in graph.output}
+    shapes: dict[str, list[list[int]]] = {}
+    for position, value in enumerate(values):
+        info = graph.output[position]
+        node = producers.get(info.name)
+        if (
+            not isinstance(value, torch.Tensor)
+            or not all(isinstance(d, int) for d in value.shape)
+            or node is None
+            or node.domain not in ("", "ai.onnx")
+            or node.op_type not in _VIEW_OPS
+            or not node.input
+        ):
+            continue
+        source = node.input[0]
+        before = infos.get(source)
+        dims = None if before is None else _static_dims(before)
+        if (
+            source in outside
+            or source in taken
+            or before is None
+            or dims is None
+            or math.prod(dims) != value.numel()
+            or before.type.tensor_type.elem_type != info.type.tensor_type.elem_type
+        ):
+            continue
+        taken.add(source)
+        info.CopyFrom(before)
+        shapes[source] = [list(dims), list(value.shape)]
+    if shapes:
+        entry = proto.metadata_props.add()
+        entry.key = _runtime.VIEW_KEY
+        entry.value = json.dumps(shapes)
+
+
 def export_partition(
     gm: torch.fx.GraphModule,
     *,
@@ -492,8 +562,10 @@ def export_partition(
             ) from (direct_error or e)
 
     _outputs_in_memory_order(proto, gm)
+    _outputs_before_views(proto, gm)
     if unfused is not None:
         _outputs_in_memory_order(unfused, gm)
+        _outputs_before_views(unfused, gm)
     start = time.perf_counter()
     for transform in transforms:
         try:

@@ -27,6 +27,12 @@
 # took 44 ms (and the contiguous output alone, with the wrong strides, 20-25 ms); batch
 # 8, 56x56: 163 ms, 215 with the copy, 148 without either.
 #
+# Reshapes: ORT copies a graph output that a Reshape (Squeeze, Unsqueeze, Flatten)
+# produces, where inside the graph the same op shares its input's buffer. An output that
+# ends in one is returned before it (``_export``; its ONNX shape in the metadata, under
+# :data:`VIEW_KEY`) and viewed to the FX value's shape here: GPT-2's training step
+# copied its [512, 50257] logits on every call.
+#
 # CUDA: ORT's CUDA provider runs on its own stream, so the stream that produced the
 # inputs (torch's current one) is synchronized before ORT reads them; ORT synchronizes
 # its own stream at the end of a run, so its outputs are ready for torch.
@@ -119,6 +125,28 @@ def output_memory_orders(proto: onnx.ModelProto) -> tuple[tuple[int, ...] | None
             orders = json.loads(prop.value)
     return tuple(
         tuple(orders[o.name]) if o.name in orders else None for o in proto.graph.output
+    )
+
+
+VIEW_KEY = "ortlab.output_views"
+"""Model metadata: a JSON object mapping the name of each graph output the model returns
+before a final reshape to its shape in ONNX and the shape the runner views it to (the FX
+value's; see ``_export._outputs_before_views``). By name, like
+:data:`MEMORY_ORDER_KEY`."""
+
+
+def output_views(
+    proto: onnx.ModelProto,
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...]:
+    """Per graph output of a model exported by ortlab, ``(shape in ONNX, shape it is
+    viewed to)`` where the model returns it before a final reshape (``None``: as is)."""
+    shapes: dict[str, list[list[int]]] = {}
+    for prop in proto.metadata_props:
+        if prop.key == VIEW_KEY:
+            shapes = json.loads(prop.value)
+    return tuple(
+        (tuple(shapes[o.name][0]), tuple(shapes[o.name][1])) if o.name in shapes else None
+        for o in proto.graph.output
     )
 
 
@@ -266,8 +294,13 @@ class OrtRunner:
         # Per-call constants, computed once (the hot path allocates only what it must).
         self._np_dtypes = [spec.np_dtype for spec in self.specs]
         self._ort_devices = [_ort_private.ort_device(spec.device) for spec in self.specs]
-        for vi, fx_value in zip(proto.graph.output, output_fx_values):
-            self._check_output(vi, fx_value)
+        views = output_views(proto)
+        for vi, fx_value, view in zip(proto.graph.output, output_fx_values, views):
+            self._check_output(vi, fx_value, viewed=view is not None)
+        # Outputs ORT returns before a final reshape: (position, ONNX shape, FX shape).
+        self._views = tuple(
+            (i, *shapes) for i, shapes in enumerate(views) if shapes is not None
+        )
         self.output_fx_values = tuple(output_fx_values)
         self._input_fx_values = tuple(input_fx_values)
         self.scalar_outputs = tuple(
@@ -317,15 +350,22 @@ class OrtRunner:
         )
 
     @staticmethod
-    def _check_output(value_info: onnx.ValueInfoProto, fx_value: Any) -> None:
+    def _check_output(
+        value_info: onnx.ValueInfoProto, fx_value: Any, *, viewed: bool = False
+    ) -> None:
         """Refuse a model whose outputs would not be what PyTorch expects (never a wrong
-        number): dtype and rank must agree with the FX graph's metadata."""
+        number): dtype and rank must agree with the FX graph's metadata (the rank does
+        not for an output returned before a reshape: ``viewed``)."""
         elem = value_info.type.tensor_type.elem_type
         dtype = onnx_elem_to_torch(elem)
         if isinstance(fx_value, torch.Tensor):
             expected = fx_value.dtype
             rank = len(value_info.type.tensor_type.shape.dim)
-            if value_info.type.tensor_type.HasField("shape") and rank != fx_value.dim():
+            if (
+                not viewed
+                and value_info.type.tensor_type.HasField("shape")
+                and rank != fx_value.dim()
+            ):
                 raise ValueError(
                     f"output {value_info.name!r} has rank {rank} in ONNX but {fx_value.dim()} "
                     "in PyTorch"
@@ -429,6 +469,8 @@ class OrtRunner:
         physical = list(shapes)
         for i, perm, _ in self._memory_orders:
             physical[i] = tuple(shapes[i][d] for d in perm)
+        for i, shape, _ in self._views:
+            physical[i] = shape
         return physical
 
     def _sync_inputs(self) -> None:
@@ -501,6 +543,8 @@ class OrtRunner:
             # (freed below), the caller's may change later. The output gets its own.
             if results[i].data_ptr() == tensors[j].data_ptr():
                 results[i] = results[i].clone()
+        for i, _, shape in self._views:
+            results[i] = results[i].view(shape)
         for i, _, inverse in self._memory_orders:
             results[i] = results[i].permute(inverse)
         for i in self.scalar_outputs:
@@ -660,6 +704,8 @@ class StaticBindingRunner(OrtRunner):
         self._sync_inputs()
         self._sess.run_with_iobinding(self._binding, self.run_options)
         results = [buffer.clone() for buffer in self._out_buffers]
+        for i, _, shape in self._views:
+            results[i] = results[i].view(shape)
         for i, _, inverse in self._memory_orders:
             results[i] = results[i].permute(inverse)
         return results

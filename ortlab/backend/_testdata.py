@@ -64,10 +64,13 @@ def write_test_case(
         )
     from ortlab.backend import _runtime
 
-    # Outputs the model returns in memory order (channels_last...) are written as it
-    # returns them: the runner hands PyTorch a permuted view of them.
+    # Outputs the model returns in memory order (channels_last...) or before a final
+    # reshape are written as it returns them: the runner hands PyTorch a permuted view,
+    # or a view of another shape, of them.
     orders = _runtime.output_memory_orders(model)
     outputs = [v if p is None else v.permute(p) for v, p in zip(outputs, orders)]
+    views = _runtime.output_views(model)
+    outputs = [v if s is None else v.reshape(s[0]) for v, s in zip(outputs, views)]
     data = os.path.join(os.fspath(directory), DATA_SET)
     os.makedirs(data, exist_ok=True)
     onnx.save_model(model, os.path.join(os.fspath(directory), MODEL_FILE))

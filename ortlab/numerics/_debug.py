@@ -20,7 +20,7 @@ import torch
 
 import ortlab.backend
 from ortlab import _html
-from ortlab.backend import records
+from ortlab.backend import _runtime, records
 
 if TYPE_CHECKING:
     from ortlab.backend import OrtBackendOptions
@@ -79,6 +79,11 @@ def _debug_model(model: onnx.ModelProto, values: Sequence[str]) -> onnx.ModelPro
     without one cannot be handed to PyTorch; its FX node is then "not computed")."""
     debug = onnx.ModelProto()
     debug.CopyFrom(model)
+    # Its values are ONNX Runtime's as the model computes them, by ONNX name: an output
+    # the partition's runner views to its FX shape is returned unviewed.
+    views = [p for p in debug.metadata_props if p.key == _runtime.VIEW_KEY]
+    for prop in views:
+        debug.metadata_props.remove(prop)
     graph = debug.graph
     existing = {o.name for o in graph.output}
     wanted = [name for name in dict.fromkeys(values) if name not in existing]

@@ -1,0 +1,166 @@
+"""Outputs that a reshape ends are returned before it and viewed in PyTorch: ONNX Runtime
+copies a graph output that a reshape produces (an LM head's logits, a step of GPT-2's
+training: 103 MB a call), where a view is free."""
+
+from __future__ import annotations
+
+import numpy.testing
+import pytest
+import torch
+
+from ortlab import OrtBackend, OrtBackendOptions
+from ortlab.backend import _executor, _runtime, load_test_case
+
+
+def _compile(fn, **options):
+    backend = OrtBackend(OrtBackendOptions(**options))
+    return torch.compile(fn, backend=backend, dynamic=False), backend
+
+
+def _ran_in_ort(backend):
+    assert backend.execution_count >= 1
+    assert all(p.error is None for p in backend.partitions), [
+        p.error for p in backend.partitions
+    ]
+
+
+def _producers(proto):
+    return {out: node for node in proto.graph.node for out in node.output}
+
+
+def _viewed(x, w):
+    """Two outputs that end in a reshape (the exporter folds a reshape around a matrix
+    product into a batched MatMul, unless the product is used twice)."""
+    y = x.reshape(-1, x.shape[-1]) @ w
+    return y.view(x.shape[0], x.shape[1], w.shape[1]), (y + 1).unsqueeze(0)
+
+
+@pytest.mark.parametrize("preallocate", [False, True], ids=["ort-allocates", "preallocated"])
+def test_a_reshaped_output_is_returned_before_the_reshape(preallocate):
+    f = _viewed
+    compiled, backend = _compile(f, preallocate_output=preallocate)
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
+    got, expected = compiled(x, w), f(x, w)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.is_contiguous()
+        torch.testing.assert_close(g, e)
+    _ran_in_ort(backend)
+    (session,) = backend.sessions
+    proto = session.model
+    producers = _producers(proto)
+    ops = [producers[o.name].op_type for o in proto.graph.output]
+    assert "Reshape" not in ops and "Unsqueeze" not in ops, ops
+    assert _runtime.output_views(proto) == (((6, 5), (2, 3, 5)), ((6, 5), (1, 6, 5)))
+    # The next call reuses the session and views its new outputs the same way.
+    x2 = torch.randn(2, 3, 4)
+    for g, e in zip(compiled(x2, w), f(x2, w)):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, w: x.reshape(6, 4),  # a graph input: nothing computed to return
+        lambda x, w: (x @ w, (x @ w).reshape(-1)),  # its input is an output already
+        lambda x, w: ((x @ w).reshape(-1), (x @ w).flatten()),  # two views of one value
+    ],
+    ids=["graph-input", "input-is-an-output", "two-views"],
+)
+def test_outputs_that_cannot_be_returned_before_their_reshape_stay_right(fn):
+    compiled, backend = _compile(fn)
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
+    got, expected = compiled(x, w), fn(x, w)
+    for g, e in zip(
+        torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(expected)
+    ):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g, e)
+    _ran_in_ort(backend)
+
+
+def test_symbolic_sizes_keep_the_reshape_in_the_graph():
+    def f(x, w):
+        return (x.reshape(-1, 4) @ w).view(x.shape[0], 3, 5)
+
+    backend = OrtBackend()
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    w = torch.randn(4, 5)
+    for batch in (2, 5):
+        x = torch.randn(batch, 3, 4)
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    _ran_in_ort(backend)
+    assert all(_runtime.output_views(s.model) == (None,) for s in backend.sessions)
+
+
+def test_the_logits_of_a_training_step_are_viewed_and_the_gradients_match():
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(50, 8)
+
+    def step(tokens, labels):
+        hidden = torch.tanh(embedding(tokens).view(-1, 8))
+        # Tied weights and a flattened matrix product, as GPT-2's LM head.
+        logits = (hidden @ embedding.weight.t()).view(2, 7, 50)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, 50), labels.view(-1))
+        return logits, loss
+
+    tokens, labels = torch.randint(0, 50, (2, 7)), torch.randint(0, 50, (2, 7))
+    compiled, backend = _compile(step)
+    logits, loss = compiled(tokens, labels)
+    loss.backward()
+    got = embedding.weight.grad.clone()
+    embedding.weight.grad = None
+    expected_logits, expected_loss = step(tokens, labels)
+    expected_loss.backward()
+    torch.testing.assert_close(logits, expected_logits)
+    torch.testing.assert_close(loss, expected_loss)
+    torch.testing.assert_close(got, embedding.weight.grad)
+    _ran_in_ort(backend)
+    (forward,) = (g for g in backend.graphs if g.kind == "forward")
+    (session,) = (s for p in forward.partitions for s in p.sessions)
+    assert any(_runtime.output_views(session.model)), "the logits are returned as a view"
+
+
+def test_the_fixed_buffer_runner_views_its_outputs():
+    f = _viewed
+    compiled, backend = _compile(f)
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
+    compiled(x, w)
+    (part,) = backend.partitions
+    (session,) = part.sessions
+    gm = part.graph_module
+    inputs = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
+    outputs, _ = _executor._output_values(gm)
+    from ortlab.backend import _session
+
+    ort_session = _session.create_session(
+        session.model.SerializeToString(), [(_session.CPU, {})], None
+    )
+    runner = _runtime.StaticBindingRunner(
+        ort_session,
+        session.model,
+        input_fx_values=inputs,
+        output_fx_values=outputs,
+        args=(x, w),
+        frozen={},
+        preallocate_output=False,
+    )
+    assert [b.shape for b in runner._out_buffers] == [(6, 5), (6, 5)]
+    for got, want in zip(runner.run((x, w)), f(x, w)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def test_a_saved_session_with_a_viewed_output_reruns_as_saved(tmp_path):
+    import onnxruntime
+
+    compiled, backend = _compile(_viewed, keep_last_run=True)
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
+    with torch.no_grad():
+        compiled(x, w)
+    (session,) = backend.sessions
+    proto, inputs, expected = load_test_case(session.save(tmp_path / "case"))
+    ort_session = onnxruntime.InferenceSession(proto.SerializeToString())
+    names = [i.name for i in ort_session.get_inputs()]
+    for got, want in zip(ort_session.run(None, dict(zip(names, inputs))), expected):
+        assert got.shape == want.shape == (6, 5)
+        numpy.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-5)
