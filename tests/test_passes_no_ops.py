@@ -115,3 +115,29 @@ def test_an_embeddings_weight_gradient_copies_the_table_no_more():
     # gradient: no Transpose or Cast of the table on either side.
     assert producers[scatter.input[0]].op_type == "ConstantOfShape"
     assert scatter.output[0] in {o.name for o in graph.output}
+
+
+def _expand(target: list[int]):
+    """y = Relu(Expand(Relu(x), Concat(Constant, Constant))), x of shape [2, 3]."""
+    x = ir.Value(name="x", shape=ir.Shape([2, 3]), type=_FLOAT)
+    relu = ir.node("Relu", [x])
+    relu.outputs[0].type, relu.outputs[0].shape = _FLOAT, ir.Shape([2, 3])
+    parts = [ir.node("Constant", [], attributes={"value_ints": [d]}) for d in target]
+    shape = ir.node("Concat", [p.outputs[0] for p in parts], attributes={"axis": 0})
+    expand = ir.node("Expand", [relu.outputs[0], shape.outputs[0]])
+    last = ir.node("Relu", [expand.outputs[0]])
+    last.outputs[0].name = "y"
+    nodes = [relu, *parts, shape, expand, last]
+    graph = ir.Graph([x], [last.outputs[0]], nodes=nodes, opset_imports={"": 20})
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize(
+    ("target", "removed"),
+    [([2, 3], 1), ([1, 3], 1), ([3], 1), ([4, 3], 0), ([2, 2, 3], 0)],
+    ids=["same", "ones", "fewer-dims", "broadcasts", "adds-a-dim"],
+)
+def test_an_expand_to_the_shape_its_input_has_is_removed(target, removed):
+    model = _expand(target)
+    assert _passes.remove_no_ops(model) == removed
+    assert ("Expand" in [n.op_type for n in model.graph]) is not bool(removed)

@@ -199,7 +199,10 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
 # NOTE: why ``remove_no_ops`` exists. torchlib writes some ops the same way whatever the
 # operands: ``index_put`` transposes its data, its values and its result so that the
 # indexed dims come first, even when they already do (perm [0, 1]); ``new_zeros`` is
-# ``CastLike(ConstantOfShape(...), like)`` of a float to a float. In an inference
+# ``CastLike(ConstantOfShape(...), like)`` of a float to a float; ``slice``'s int64
+# bounds are Cast to int64 (424 Casts in ResNet-18's backward, from the im2col slices);
+# ``expand`` to the shape a tensor already has is an Expand (the attention of
+# ``scaled_dot_product_attention``'s decomposition, four a layer). In an inference
 # partition onnxscript's optimizer removes them; a training graph does not go through it
 # (see ``OnnxscriptOptimizer``), and ONNX Runtime's CPU provider copies the tensor for
 # each: an embedding's weight gradient (``embedding_dense_backward``: zeros, then
@@ -207,21 +210,59 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
 # step, 16 ms of BERT-4l's backward (a 30522x256 table) and 45 ms of GPT-2's (50257x384).
 
 
+_CONSTANT_DTYPES = {
+    "value_int": ir.DataType.INT64,
+    "value_ints": ir.DataType.INT64,
+    "value_float": ir.DataType.FLOAT,
+    "value_floats": ir.DataType.FLOAT,
+}
+
+
 def _dtype(value: ir.Value) -> ir.DataType | None:
-    """A value's dtype; a ConstantOfShape's from its ``value`` (float32 without one), which
-    the translation leaves untyped."""
+    """A value's dtype; a Constant's or ConstantOfShape's from its attribute (float32 for
+    a ConstantOfShape without one), which the translation leaves untyped."""
     if value.dtype is not None:
         return value.dtype
     producer = value.producer()
-    if producer is not None and producer.op_type == "ConstantOfShape":
+    if producer is None or producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type == "ConstantOfShape":
         fill = producer.attributes.get("value")
         return ir.DataType.FLOAT if fill is None else fill.as_tensor().dtype
+    if producer.op_type == "Constant":
+        tensor = producer.attributes.get("value")
+        if tensor is not None:
+            return tensor.as_tensor().dtype
+        for name, dtype in _CONSTANT_DTYPES.items():
+            if name in producer.attributes:
+                return dtype
     return None
+
+
+def _constant_ints(value: ir.Value) -> list[int] | None:
+    """The integers a Constant (or an initializer) holds, or a Concat of such (how
+    torchlib writes a shape from a list of ints); None if not known."""
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Concat":
+        parts = [None if v is None else _constant_ints(v) for v in producer.inputs]
+        if any(part is None for part in parts):
+            return None
+        return [i for part in parts for i in part]  # type: ignore[union-attr]
+    if tensor is None and producer is not None and producer.op_type == "Constant":
+        attr = producer.attributes.get("value")
+        tensor = None if attr is None else attr.as_tensor()
+        if attr is None and "value_ints" in producer.attributes:
+            return list(producer.attributes["value_ints"].as_ints())
+    if tensor is None or tensor.dtype != ir.DataType.INT64:
+        return None
+    return [int(v) for v in tensor.numpy().reshape(-1)]
 
 
 def _no_op_input(node: ir.Node) -> ir.Value | None:
     """The input that ``node`` returns unchanged: a Transpose whose perm keeps the dims in
-    order, a Cast (CastLike) to the dtype its input already has; else None."""
+    order, a Cast (CastLike) to the dtype its input already has, an Expand to a constant
+    shape its input's static shape already has; else None."""
     if node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
         return None
     x = node.inputs[0]
@@ -231,6 +272,15 @@ def _no_op_input(node: ir.Node) -> ir.Value | None:
             return None  # no perm: the dims reversed
         order = list(perm.as_ints())
         return x if order == list(range(len(order))) else None
+    if node.op_type == "Expand" and len(node.inputs) == 2 and node.inputs[1] is not None:
+        target = _constant_ints(node.inputs[1])
+        dims = None if x.shape is None else list(x.shape)
+        if target is None or dims is None or not all(isinstance(d, int) for d in dims):
+            return None
+        if len(target) > len(dims):
+            return None  # adds leading dims
+        kept = dims[len(dims) - len(target) :]
+        return x if all(t in (1, d) for t, d in zip(target, kept)) else None
     dtype = _dtype(x)
     if node.op_type == "Cast":
         to = node.attributes.get("to")
@@ -242,10 +292,10 @@ def _no_op_input(node: ir.Node) -> ir.Value | None:
 
 
 def remove_no_ops(model: ir.Model) -> int:
-    """Removes the Transposes, Casts and CastLikes that return their input unchanged
-    (see the NOTE). A graph output keeps its name: the input's producer then computes it
-    under that name, where the input is computed in the graph and is no other output.
-    Returns how many were removed."""
+    """Removes the Transposes, Casts, CastLikes and Expands that return their input
+    unchanged (see the NOTE). A graph output keeps its name: the input's producer then
+    computes it under that name, where the input is computed in the graph and is no other
+    output. Returns how many were removed."""
     graph = model.graph
     removed = 0
     for node in list(graph):
