@@ -207,7 +207,8 @@ def matmul_over_leading_dims(model: ir.Model) -> int:
 # (see ``OnnxscriptOptimizer``), and ONNX Runtime's CPU provider copies the tensor for
 # each: an embedding's weight gradient (``embedding_dense_backward``: zeros, then
 # ``_unsafe_index_put``) took two Transposes and a Cast of the whole table on every
-# step, 16 ms of BERT-4l's backward (a 30522x256 table) and 45 ms of GPT-2's (50257x384).
+# step: 14 ms of BERT-4l's backward session (a 30522x256 table; GPT-2's is 50257x384).
+# With the views of ``_runtime``, a GPT-2 training step went from 1050 to 949 ms.
 
 
 _CONSTANT_DTYPES = {
