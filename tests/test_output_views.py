@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy.testing
 import pytest
 import torch
+from runtime_helpers import single_partition, static_runner
 
 from ortlab import OrtBackend, OrtBackendOptions
-from ortlab.backend import _executor, _runtime, load_test_case
+from ortlab.backend import _runtime, load_test_case
 
 
 def _compile(fn, **options):
@@ -121,31 +122,12 @@ def test_the_logits_of_a_training_step_are_viewed_and_the_gradients_match():
 
 
 def test_the_fixed_buffer_runner_views_its_outputs():
-    f = _viewed
-    compiled, backend = _compile(f)
     x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
-    compiled(x, w)
-    (part,) = backend.partitions
-    (session,) = part.sessions
-    gm = part.graph_module
-    inputs = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
-    outputs, _ = _executor._output_values(gm)
-    from ortlab.backend import _session
-
-    ort_session = _session.create_session(
-        session.model.SerializeToString(), [(_session.CPU, {})], None
-    )
-    runner = _runtime.StaticBindingRunner(
-        ort_session,
-        session.model,
-        input_fx_values=inputs,
-        output_fx_values=outputs,
-        args=(x, w),
-        frozen={},
-        preallocate_output=False,
-    )
+    proto, inputs, outputs = single_partition(_viewed, (x, w))
+    assert any(_runtime.output_views(proto))
+    runner = static_runner(proto, inputs, outputs, (x, w))
     assert [b.shape for b in runner._out_buffers] == [(6, 5), (6, 5)]
-    for got, want in zip(runner.run((x, w)), f(x, w)):
+    for got, want in zip(runner.run((x, w)), _viewed(x, w)):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
 

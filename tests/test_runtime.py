@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from runtime_helpers import single_partition, static_runner
 
 import ortlab
 from ortlab import OrtBackend, OrtBackendOptions
@@ -186,43 +187,20 @@ def test_scalar_inputs_reuse_cached_tensors_without_mixing_values():
 def _static_partition():
     """A CPU partition of f(x, y) = (x @ y + 1, x @ y > 0), exported with static shapes,
     and what a runner needs to serve it."""
-    from ortlab.backend import _executor
 
     def f(x, y):
         z = x @ y + 1
         return z, z > 0
 
-    compiled, backend = _compile(f, dynamic=False)
     x, y = torch.randn(3, 4), torch.randn(4, 5)
-    compiled(x, y)
-    (part,) = backend.partitions
-    (session,) = part.sessions
-    gm = part.graph_module
-    inputs = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
-    outputs, _ = _executor._output_values(gm)
-    return f, session.model, inputs, outputs, (x, y)
-
-
-def _static_runner(proto, inputs, outputs, args):
-    """A StaticBindingRunner on a CPU session (the fixed-buffer path, without CUDA)."""
-    from ortlab.backend import _runtime, _session
-
-    session = _session.create_session(proto.SerializeToString(), [(_session.CPU, {})], None)
-    return _runtime.StaticBindingRunner(
-        session,
-        proto,
-        input_fx_values=inputs,
-        output_fx_values=outputs,
-        args=args,
-        frozen={},
-        preallocate_output=False,
-    )
+    proto, inputs, outputs = single_partition(f, (x, y))
+    return f, proto, inputs, outputs, (x, y)
 
 
 def test_static_binding_runner_copies_through_fixed_buffers():
 
     f, proto, inputs, outputs, args = _static_partition()
-    runner = _static_runner(proto, inputs, outputs, args)
+    runner = static_runner(proto, inputs, outputs, args)
     bound = [b.data_ptr() for b in (*runner._in_buffers, *runner._out_buffers)]
     first = runner.run(args)
     kept = [t.clone() for t in first]
@@ -318,7 +296,7 @@ def test_static_binding_runner_binds_module_state_in_place():
 
     f, proto, inputs, outputs, (x, y) = _static_partition()
     weight = torch.nn.Parameter(y.clone(), requires_grad=False)
-    runner = _static_runner(proto, inputs, outputs, (x, weight))
+    runner = static_runner(proto, inputs, outputs, (x, weight))
     # Bound where it lives: no copy per call.
     assert runner._in_buffers[1].data_ptr() == weight.data_ptr()
     assert runner._in_buffers[0] is not x  # activations go through a fixed buffer

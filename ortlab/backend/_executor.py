@@ -107,16 +107,6 @@ class Split:
     """What went wrong with the whole partition."""
 
 
-def _output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    arg = out.args[0]
-    single = not isinstance(arg, (tuple, list))
-    items = (arg,) if single else tuple(arg)
-    return tuple(
-        a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
-    ), single
-
-
 class OrtPartitionModule:
     """Runs one ``fused_*`` partition in ONNX Runtime, or eagerly when it must.
 
@@ -151,7 +141,7 @@ class OrtPartitionModule:
         self._freeze_changes: dict[int, int] = {}
         placeholders = [n for n in eager.graph.nodes if n.op == "placeholder"]
         self._input_fx_values = tuple(n.meta.get("val") for n in placeholders)
-        self._output_fx_values, self._single = _output_values(eager)
+        self._output_fx_values, self._single = _export.fx_output_values(eager)
 
     def __call__(self, *args: Any) -> Any:
         if self._split_graph is not None:
@@ -291,7 +281,7 @@ class OrtPartitionModule:
             session,
             exported.proto,
             input_fx_values=inputs,
-            output_fx_values=_output_values(part)[0],
+            output_fx_values=_export.fx_output_values(part)[0],
             args=args,
             frozen={},
             preallocate_output=False,

@@ -375,6 +375,18 @@ translation (onnxscript's default evaluator, the exporter's current tracer), so 
 once, from two threads of the same or different backends, mix their nodes."""
 
 
+def fx_output_values(gm: torch.fx.GraphModule) -> tuple[tuple[Any, ...], bool]:
+    """The FX values (``meta["val"]``, or the constant) a graph returns, in order, and
+    whether it returns one value rather than a tuple."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    arg = out.args[0]
+    single = not isinstance(arg, (tuple, list))
+    items = (arg,) if single else tuple(arg)
+    return tuple(
+        a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in items
+    ), single
+
+
 def _outputs_in_memory_order(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -> None:
     """Ends each output whose FX value is laid out in another dim order than contiguous
     (channels_last...) with a Transpose to that order, and lists the permutations in the
@@ -382,11 +394,7 @@ def _outputs_in_memory_order(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -
     tensor back, so the output has eager's strides without a copy)."""
     import onnx
 
-    (output,) = (n for n in gm.graph.nodes if n.op == "output")
-    returned = output.args[0]
-    if not isinstance(returned, (tuple, list)):
-        returned = (returned,)
-    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in returned]
+    values, _ = fx_output_values(gm)
     orders = [_runtime.memory_order(v) for v in values]
     graph = proto.graph
     if not any(orders) or len(orders) != len(graph.output):
@@ -437,11 +445,7 @@ def _outputs_before_views(proto: onnx.ModelProto, gm: torch.fx.GraphModule) -> N
     static and the reshape's input is computed in the graph and is no other output. The
     reshape stays in the graph, unused (ONNX Runtime's views free): the lab's debug
     models still find the FX node's value under its name."""
-    (output,) = (n for n in gm.graph.nodes if n.op == "output")
-    returned = output.args[0]
-    if not isinstance(returned, (tuple, list)):
-        returned = (returned,)
-    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in returned]
+    values, _ = fx_output_values(gm)
     graph = proto.graph
     if len(values) != len(graph.output):
         return
