@@ -9,54 +9,18 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from training_helpers import assert_all_in_onnx_runtime, assert_gradients_match, causal_lm
 
 import ortlab
 
-
-def assert_all_in_onnx_runtime(backend: ortlab.OrtBackend) -> None:
-    """Every node of every graph ran in ONNX Runtime: no node left in PyTorch, every
-    partition ran there and none fell back."""
-    assert backend.graphs
-    for graph in backend.graphs:
-        assert not graph.error, graph.error
-        assert not graph.eager_node_names, [graph.verdict(n) for n in graph.eager_node_names]
-        for partition in graph.partitions:
-            assert partition.error is None, partition.error
-            assert partition.run_count >= 1 and partition.eager_run_count == 0
-
-
-def assert_gradients_match(model: torch.nn.Module, reference: torch.nn.Module) -> None:
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        if q.grad is None:
-            assert p.grad is None, name
-            continue
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
-
-
 # -- grouped-query attention (fewer key/value heads than query heads) ---------------------
-
-_GQA = {
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-}
-
-
-def _causal_lm(family: str) -> torch.nn.Module:
-    transformers = pytest.importorskip("transformers")
-    config = getattr(transformers, f"{family}Config")(**_GQA)
-    torch.manual_seed(0)
-    return getattr(transformers, f"{family}ForCausalLM")(config)
 
 
 @pytest.mark.parametrize("family", ["Llama", "Qwen2", "Mistral"])
 def test_gqa_decoder_called_without_a_mask_runs_in_onnx_runtime(family):
     # transformers passes enable_gqa=True to SDPA when there is no attention mask: the
     # attention op gets 4 query heads and 2 key/value heads.
-    model = _causal_lm(family).eval()
+    model = causal_lm(family).eval()
     ids = torch.randint(0, 256, (2, 8))
     backend = ortlab.OrtBackend()
     with torch.no_grad():
@@ -67,7 +31,7 @@ def test_gqa_decoder_called_without_a_mask_runs_in_onnx_runtime(family):
 
 
 def test_gqa_decoder_with_symbolic_sizes_runs_in_onnx_runtime():
-    model = _causal_lm("Llama").eval()
+    model = causal_lm("Llama").eval()
     backend = ortlab.OrtBackend()
     compiled = torch.compile(model, backend=backend, dynamic=True)
     with torch.no_grad():
@@ -81,7 +45,7 @@ def test_gqa_decoder_with_symbolic_sizes_runs_in_onnx_runtime():
 
 
 def test_gqa_decoder_training_step_matches_eager_in_onnx_runtime():
-    model = _causal_lm("Llama").train()
+    model = causal_lm("Llama").train()
     reference = copy.deepcopy(model)
     ids = torch.randint(0, 256, (2, 8))
     backend = ortlab.OrtBackend()
