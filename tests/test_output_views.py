@@ -52,6 +52,11 @@ def test_a_reshaped_output_is_returned_before_the_reshape(preallocate):
     ops = [producers[o.name].op_type for o in proto.graph.output]
     assert "Reshape" not in ops and "Unsqueeze" not in ops, ops
     assert _runtime.output_views(proto) == (((6, 5), (2, 3, 5)), ((6, 5), (1, 6, 5)))
+    # The record (and the lab, which shows it) says what PyTorch gets.
+    assert session.output_schema == (
+        "float32[6,5] viewed as [2,3,5]",
+        "float32[6,5] viewed as [1,6,5]",
+    )
     # The next call reuses the session and views its new outputs the same way.
     x2 = torch.randn(2, 3, 4)
     for g, e in zip(compiled(x2, w), f(x2, w)):
@@ -91,6 +96,7 @@ def test_symbolic_sizes_keep_the_reshape_in_the_graph():
         torch.testing.assert_close(compiled(x, w), f(x, w))
     _ran_in_ort(backend)
     assert all(_runtime.output_views(s.model) == (None,) for s in backend.sessions)
+    assert all("viewed" not in text for s in backend.sessions for text in s.output_schema)
 
 
 def test_the_logits_of_a_training_step_are_viewed_and_the_gradients_match():

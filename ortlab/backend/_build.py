@@ -622,6 +622,7 @@ def _model_fields(
         output_names=tuple(o.name for o in model.graph.output),
         input_value_infos=tuple(model.graph.input),
         output_value_infos=tuple(model.graph.output),
+        output_views=tuple(v[1] if v else None for v in _runtime.output_views(model)),
         providers=tuple(session.get_providers()),
     )
 

@@ -188,6 +188,9 @@ class SessionRecord:
     output_value_infos: tuple[onnx.ValueInfoProto, ...]
     providers: tuple[str, ...]
     """Execution providers the session actually uses, in priority order."""
+    output_views: tuple[tuple[int, ...] | None, ...] = ()
+    """Per output, the shape PyTorch gets where the model returns the output before its
+    final reshape and the runner views it (``None``: as ONNX Runtime returns it)."""
     export_method: ExportMethod = "direct"
     """``"direct"`` (FX graph translated node by node), ``"retrace"`` (public exporter) or
     ``"cache"`` (read from the compile cache with the decisions made for it)."""
@@ -283,7 +286,13 @@ class SessionRecord:
 
     @property
     def output_schema(self) -> tuple[str, ...]:
-        return tuple(value_info_text(v) for v in self.output_value_infos)
+        """Output types as text; an output viewed in PyTorch says as what
+        (``"float32[512,50257] viewed as [4,128,50257]"``)."""
+        views = self.output_views or (None,) * len(self.output_value_infos)
+        return tuple(
+            value_info_text(v) + (f" viewed as [{','.join(map(str, view))}]" if view else "")
+            for v, view in zip(self.output_value_infos, views)
+        )
 
     @property
     def onnx_node_count(self) -> int:
