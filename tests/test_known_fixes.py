@@ -5,6 +5,7 @@ gradients) are eager's."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -57,6 +58,95 @@ def test_gqa_decoder_training_step_matches_eager_in_onnx_runtime():
     assert_gradients_match(model, reference)
     assert {g.kind for g in backend.graphs} == {"forward", "backward"}
     assert_all_in_onnx_runtime(backend)
+
+
+# -- attention rows that mask every key ----------------------------------------------------
+# A left-padded prompt's pad positions see no key. PyTorch's CPU attention returns 0 for
+# them; the translation's softmax returned NaN, which spread through the sequence, and
+# generate() emitted token 0 from then on.
+
+
+def _fully_masked(heads: int = 1) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 9, 16) for _ in range(3))
+    mask = torch.ones(2, heads, 9, 9, dtype=torch.bool).tril()
+    mask[0, :, :, :4] = False  # batch 0 is left-padded by 4: its rows 0-3 see no key
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("heads", [1, 4], ids=["one-mask", "mask-per-head"])
+def test_attention_rows_that_mask_every_key_are_zero_as_in_eager(heads):
+    def fn(q, k, v, mask):
+        float_mask = torch.where(mask, 0.0, float("-inf"))
+        out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, attn_mask=float_mask, scale=0.25
+        )[0]
+        return out.transpose(1, 2).reshape(2, 9, 64)
+
+    args = _fully_masked(heads)
+    backend = ortlab.OrtBackend()
+    out = torch.compile(fn, backend=backend)(*args)
+    expected = fn(*args)
+    assert not expected[0, :4].any()
+    torch.testing.assert_close(out, expected)
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_public_attention_with_a_bool_mask_that_hides_every_key_matches_eager(mode):
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    args = _fully_masked()
+    backend = ortlab.OrtBackend()
+    with mode():
+        out = torch.compile(fn, backend=backend)(*args)
+        expected = fn(*args)
+    torch.testing.assert_close(out, expected)
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["weights-as-inputs", "frozen"])
+def test_an_all_padding_sequence_keeps_onnx_runtimes_attention_fusion(frozen):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(1, 100, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2] = 0  # a sequence of padding only: every row of its mask hides every key
+    options = ortlab.OrtBackendOptions(freeze_parameters=frozen, ort_fusions=True)
+    backend = ortlab.OrtBackend(options)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # freezing's note
+        out = torch.compile(model, backend=backend)(input_ids=ids, attention_mask=mask)
+        expected = model(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+    assert_all_in_onnx_runtime(backend)
+    (session,) = backend.sessions
+    assert session.fusions.get("attention") == 2, session.fusions  # the guard sits after it
+
+
+def test_left_padded_batch_generates_eagers_tokens():
+    model = causal_lm("Qwen2").eval()
+    ids = torch.tensor(
+        [[0, 0, 0, 0, 98, 17, 127, 121, 16], [66, 119, 94, 12, 60, 126, 127, 19, 71]]
+    )
+    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    with torch.no_grad():
+        expected = model.generate(**inputs, **kwargs)
+        model.forward = ortlab.compile(model.forward)
+        tokens = model.generate(**inputs, **kwargs)
+    torch.testing.assert_close(tokens, expected, rtol=0, atol=0)
+    backend = ortlab.backend_of(model.forward)
+    in_pytorch = [g.verdict(n) for g in backend.graphs for n in g.eager_node_names]
+    assert all(v.rule == "python-scalar" for v in in_pytorch), in_pytorch  # size arithmetic
+    assert all(p.error is None and p.eager_run_count == 0 for p in backend.partitions)
 
 
 # -- as_strided on views ------------------------------------------------------------------

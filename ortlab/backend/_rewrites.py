@@ -17,6 +17,16 @@ whose translation is right on them.
 #   k [B,2,S,D] --+-> attention            -> expand(-1,-1,2,-1,-1) -> flatten(1,2) [B,4,S,D]
 #   v [B,2,S,D] --+                      (v the same) ---> attention(q, k', v')
 #
+# Attention rows that mask every key. PyTorch's CPU flash attention returns 0 for a query
+# whose mask row is -inf everywhere (a left-padded position in a batch of prompts);
+# torchlib's translation adds the mask and takes a softmax, which gives 0/0 = NaN there,
+# and the NaN then spreads through the rest of that sequence (generate() emitted token 0
+# from then on). The output is set to 0 where the mask row is all -inf, as PyTorch does:
+#
+#   before                               after
+#   attention(q, k, v, attn_mask=m)[0]   out = attention(q, k, v, attn_mask=m)[0]
+#                                        out.masked_fill(all(m == -inf, -1, keepdim), 0)
+#
 # as_strided. ATen's ``as_strided`` indexes its input's *storage*; the translation
 # indexes the input's values as if they were that storage (contiguous, offset 0). On a
 # view of another layout (Longformer's chunking: a transposed projection viewed as
@@ -47,7 +57,7 @@ whose translation is right on them.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -93,17 +103,24 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     ``graph_module`` itself when no rewrite applies (it is never modified).
 
     Rewrites: grouped-query attention gets its key/value heads repeated
-    (:func:`expand_kv_heads`); ``as_strided`` on a view reads the base the view shares
-    its storage with (:func:`rebase_as_strided`); embedding bags whose bags alone are
-    read become gathers and scatters (:func:`embedding_bags_as_composite`).
+    (:func:`expand_kv_heads`); attention rows whose mask hides every key are 0, as
+    PyTorch computes them (:func:`zero_fully_masked_rows`); ``as_strided`` on a view
+    reads the base the view shares its storage with (:func:`rebase_as_strided`);
+    embedding bags whose bags alone are read become gathers and scatters
+    (:func:`embedding_bags_as_composite`).
     """
     graph = graph_module.graph
     if not (
-        any(_gqa_attention(n) or _bags_only(n) for n in graph.nodes) or any(_rebasable(graph))
+        any(
+            _gqa_attention(n) or _masked_attention(n) is not None or _bags_only(n)
+            for n in graph.nodes
+        )
+        or any(_rebasable(graph))
     ):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
     expand_kv_heads(rewritten)
+    zero_fully_masked_rows(rewritten)
     rebase_as_strided(rewritten)
     embedding_bags_as_composite(rewritten)
     return rewritten
@@ -189,6 +206,130 @@ def _add(
     }
     node.meta["val"] = target(*fake_args)
     return node
+
+
+# -- attention rows that mask every key -----------------------------------------------------
+
+_CPU_FLASH_ATTENTION = getattr(
+    getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None),
+    "default",
+    None,
+)
+
+
+def _masked_attention(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The mask of a CPU flash-attention node whose attention output is read (``None``
+    for any other node, or one without a mask)."""
+    if node.op != "call_function" or node.target is not _CPU_FLASH_ATTENTION:
+        return None
+    mask = node.kwargs.get("attn_mask")
+    if not isinstance(mask, torch.fx.Node) or not isinstance(_val(mask), torch.Tensor):
+        return None
+    if not any(u.target is operator.getitem and u.args[1] == 0 for u in node.users):
+        return None
+    return mask
+
+
+def zero_fully_masked_rows(graph_module: torch.fx.GraphModule) -> int:
+    """Sets the attention output to 0 where a query's mask row hides every key (all
+    -inf, or all False), in place; returns how many attention nodes were guarded.
+
+    That is PyTorch's result for such a row; the translation's softmax over a row of
+    -inf gives NaN. The guard goes after the heads are merged back (``[B, H, Q, D]`` ->
+    transpose -> ``[B, Q, H*D]``) where the graph does that and the mask is the same for
+    every head, so that ONNX Runtime's attention fusions still find their pattern.
+    """
+    aten = torch.ops.aten
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        mask = _masked_attention(node)
+        if mask is None:
+            continue
+        for output in [
+            u for u in node.users if u.target is operator.getitem and u.args[1] == 0
+        ]:
+            site, layout = _guard_site(output, _val(mask))
+            users = list(site.users)
+            with graph.inserting_before(site.next):
+                if _val(mask).dtype == torch.bool:
+                    hidden = _add(graph, node, aten.logical_not.default, (mask,))
+                else:
+                    hidden = _add(graph, node, aten.eq.Scalar, (mask, float("-inf")))
+                row = _add(graph, node, aten.all.dim, (hidden, -1, True))  # [.., Q, 1]
+                if layout == "bqhd":
+                    row = _add(graph, node, aten.transpose.int, (row, 1, 2))
+                elif layout == "bq(hd)":
+                    row = _add(graph, node, aten.squeeze.dim, (row, 1))
+                guarded = _add(graph, node, aten.masked_fill.Scalar, (site, row, 0.0))
+            for user in users:
+                user.replace_input_with(site, guarded)
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+_RESHAPES = frozenset(
+    {
+        torch.ops.aten.view.default,
+        torch.ops.aten.reshape.default,
+        torch.ops.aten._unsafe_view.default,
+    }
+)
+
+
+def _guard_site(output: torch.fx.Node, mask: torch.Tensor) -> tuple[torch.fx.Node, str]:
+    """Where the masked-row guard of an attention ``output`` [B, H, Q, D] goes, and the
+    layout there: the furthest node of its single-user chain of reshapes that keep the
+    shape, clones, the head/sequence transpose (``"bqhd"``) and the merge of the heads
+    (``"bq(hd)"``); the output itself (``"bhqd"``) when the mask differs per head."""
+    site, layout = output, "bhqd"
+    if mask.dim() != 4 or not _same_size(mask.shape[1], 1) or _val(output).dim() != 4:
+        return site, layout
+    node = output
+    while len(node.users) == 1:
+        (nxt,) = node.users
+        if nxt.op != "call_function":
+            break
+        before, after = _val(node).shape, _val(nxt).shape
+        if (nxt.target in _RESHAPES or nxt.target is torch.ops.aten.clone.default) and (
+            _same_sizes(before, after)
+        ):
+            pass
+        elif layout == "bhqd" and _swaps_heads_and_sequence(nxt):
+            layout = "bqhd"
+        elif (
+            layout == "bqhd"
+            and nxt.target in _RESHAPES
+            and len(after) == 3
+            and _same_sizes(before[:2], after[:2])
+        ):
+            layout = "bq(hd)"
+        else:
+            break
+        node = site = nxt
+    return site, layout
+
+
+def _swaps_heads_and_sequence(node: torch.fx.Node) -> bool:
+    aten = torch.ops.aten
+    args: Any = node.args
+    if node.target is aten.transpose.int:
+        return {d % 4 for d in args[1:3]} == {1, 2}
+    if node.target is aten.permute.default:
+        return [d % 4 for d in args[1]] == [0, 2, 1, 3]
+    return False
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    """Two sizes known equal without a guard (ints, or symbols of one expression)."""
+    return a == b if isinstance(a, int) and isinstance(b, int) else str(a) == str(b)
+
+
+def _same_sizes(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(_same_size(x, y) for x, y in zip(a, b))
 
 
 # -- as_strided ---------------------------------------------------------------------------
