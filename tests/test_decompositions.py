@@ -117,3 +117,87 @@ def test_symbolic_sizes_keep_the_convolution_form():
         graph = make_fx(weight_gradient, tracing_mode=mode)(*example).graph
         targets = {n.target for n in graph.nodes if n.op == "call_function"}
         assert form in targets, mode
+
+
+# -- avg_pool2d_backward ------------------------------------------------------------------
+
+POOLS = [
+    # (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    (3, 1, 1, False, False, None),  # PoolFormer's token mixer
+    (2, 2, 0, False, True, None),
+    (2, None, 0, True, True, None),  # stride defaults to the kernel; ceil's extra window
+    (3, 2, 1, True, False, None),
+    (3, 2, 1, True, True, None),
+    (3, 2, 1, False, True, 4),
+]
+
+
+@pytest.mark.parametrize("size", [7, 8])
+@pytest.mark.parametrize("pool", POOLS, ids=lambda c: "-".join(map(str, c)))
+def test_avg_pool2d_backward_decomposed_matches_aten(pool, size):
+    kernel, stride, pad, ceil_mode, include_pad, divisor = pool
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, size, size + 1, dtype=torch.float64)
+    go = torch.randn_like(
+        F.avg_pool2d(x, kernel, stride, pad, ceil_mode, include_pad, divisor)
+    )
+    strides = [] if stride is None else [stride] * 2
+    args = (go, x, [kernel] * 2, strides, [pad] * 2, ceil_mode, include_pad, divisor)
+    expected = torch.ops.aten.avg_pool2d_backward.default(*args)
+    torch.testing.assert_close(_decompositions.avg_pool2d_backward(*args), expected)
+    unbatched = (go[0], x[0], *args[2:])  # [C, H, W]
+    torch.testing.assert_close(
+        _decompositions.avg_pool2d_backward(*unbatched), expected[0], msg="unbatched"
+    )
+
+
+def test_symbolic_sizes_keep_avg_pool2d_backward():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    kept = []
+
+    def grad(go, x):
+        args = ([2, 2], [2, 2], [0, 0], False, True, None)
+        out = _decompositions.avg_pool2d_backward(go, x, *args)
+        kept.append(out is NotImplemented)
+        return x if out is NotImplemented else out
+
+    example = (torch.randn(2, 3, 4, 4), torch.randn(2, 3, 8, 8))
+    for mode in ("real", "symbolic"):
+        make_fx(grad, tracing_mode=mode)(*example)
+    assert kept == [False, True]
+
+
+def test_a_pooling_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
+    class TokenMixer(torch.nn.Module):  # PoolFormer's
+        def __init__(self):
+            super().__init__()
+            self.pool = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+
+        def forward(self, x):
+            return self.pool(x) - x
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            TokenMixer(),
+            torch.nn.ReLU(),
+            torch.nn.AvgPool2d(2, ceil_mode=True),
+            torch.nn.Conv2d(8, 8, 1),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 5),
+        )
+
+    x, y = torch.randn(4, 3, 15, 15), torch.tensor([0, 1, 2, 3])
+    model, reference = make(), make()
+    compiled = ortlab.compile(model)
+    F.cross_entropy(compiled(x), y).backward()
+    F.cross_entropy(reference(x), y).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    assert len(backward.partitions) == 1 and not backward.eager_node_names
+    ops = [n.op_type for n in backward.partitions[0].sessions[0].model.graph.node]
+    assert ops.count("ConvTranspose") == 3  # two average pools, the 1x1 convolution's input

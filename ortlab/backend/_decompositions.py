@@ -24,6 +24,15 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 #   grad_bias   = grad_output summed over all but the channel dim
 #
 # Transposed convolutions keep the op (the decomposition returns NotImplemented).
+#
+# NOTE: ``aten.avg_pool2d_backward`` has no translation or decomposition either
+# (EfficientNet's and PoolFormer's backward graphs were cut at every average pool). The
+# gradient spreads each output's gradient, divided by its window's divisor, evenly over
+# the window: a transposed convolution of ``grad_output / divisor`` with a kernel of
+# ones, one per channel (groups = channels), cut to the input's extent. The divisor is
+# ATen's, per output position, and separable: along each dim a window covers
+# ``[o*s - p, min(o*s - p + k, size + p))``, clamped to ``[0, size)`` unless
+# ``count_include_pad``; ``divisor_override`` replaces it. Symbolic sizes keep the op.
 """
 
 from __future__ import annotations
@@ -185,6 +194,69 @@ def _grad_weight_conv(
     return result
 
 
+def avg_pool2d_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> Any:
+    """``aten.avg_pool2d_backward`` as a transposed convolution with a kernel of ones
+    (see the module's NOTE)."""
+    del ceil_mode  # the output's size says it all
+    shapes = (grad_output.shape, input.shape)
+    if not all(isinstance(size, int) for shape in shapes for size in shape):
+        return NotImplemented
+    unbatched = input.dim() == 3
+    if unbatched:
+        grad_output, input = grad_output.unsqueeze(0), input.unsqueeze(0)
+    channels, extent = input.shape[1], list(input.shape[2:])
+    kernel = _expand(kernel_size, 2)
+    steps = _expand(stride, 2) if len(stride) else kernel
+    pads = _expand(padding, 2)
+    outputs = list(grad_output.shape[2:])
+    if divisor_override:
+        scaled = grad_output / divisor_override
+    else:
+        counts = [
+            _window_counts(
+                outputs[d], extent[d], kernel[d], steps[d], pads[d], count_include_pad
+            )
+            for d in (0, 1)
+        ]
+        scaled = grad_output / (counts[0].unsqueeze(1) * counts[1])
+    ones = aten.ones.default(
+        [channels, 1, *kernel], dtype=grad_output.dtype, device=grad_output.device
+    )
+    # Windows start at -padding: spread over the padded extent, then cut to the input.
+    spread = aten.convolution.default(
+        scaled, ones, None, steps, [0, 0], [1, 1], True, [0, 0], channels
+    )
+    for d in (0, 1):
+        short = pads[d] + extent[d] - spread.shape[2 + d]
+        if short > 0:  # the last positions no window covers: gradient 0
+            widths = [0, 0, 0, short] if d == 0 else [0, short]
+            spread = aten.constant_pad_nd.default(spread, widths)
+        spread = aten.slice.Tensor(spread, 2 + d, pads[d], pads[d] + extent[d])
+    return spread.squeeze(0) if unbatched else spread
+
+
+def _window_counts(
+    outputs: int, size: int, kernel: int, stride: int, pad: int, include_pad: bool
+) -> torch.Tensor:
+    """ATen's divisor along one dim: how many positions each output's window covers
+    (computed in the graph: a tensor constant made here would not trace functionally)."""
+    start = aten.arange.default(outputs, dtype=torch.float32) * stride - pad
+    end = aten.clamp_max.default(start + kernel, size + pad)
+    if not include_pad:
+        start = aten.clamp_min.default(start, 0)
+        end = aten.clamp_max.default(end, size)
+    return end - start
+
+
 def _expand(value: Sequence[int], count: int) -> list[int]:
     values = list(value)
     return values * count if len(values) == 1 else values
@@ -192,4 +264,7 @@ def _expand(value: Sequence[int], count: int) -> list[int]:
 
 def table() -> dict[Any, Any]:
     """ortlab's decompositions, by op."""
-    return {aten.convolution_backward.default: convolution_backward}
+    return {
+        aten.convolution_backward.default: convolution_backward,
+        aten.avg_pool2d_backward.default: avg_pool2d_backward,
+    }
