@@ -201,3 +201,38 @@ def test_a_pooling_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
     assert len(backward.partitions) == 1 and not backward.eager_node_names
     ops = [n.op_type for n in backward.partitions[0].sessions[0].model.graph.node]
     assert ops.count("ConvTranspose") == 3  # two average pools, the 1x1 convolution's input
+
+
+# -- _weight_norm_interface_backward -------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 3, 5), 0), ((4, 3, 5), 2), ((6, 7), 1)])
+def test_weight_norm_backward_decomposed_matches_aten(shape, dim):
+    torch.manual_seed(0)
+    v = torch.randn(shape, dtype=torch.float64)
+    g = torch.randn([size if d == dim else 1 for d, size in enumerate(shape)], dtype=v.dtype)
+    w, norms = torch.ops.aten._weight_norm_interface(v, g, dim)
+    args = (torch.randn_like(w), v, g, norms, dim)
+    expected = torch.ops.aten._weight_norm_interface_backward.default(*args)
+    got = _decompositions.weight_norm_interface_backward(*args)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_weight_normed_convolution_trains_in_onnx_runtime_whole():
+    """wav2vec2's positional convolution: weight norm over the kernel dim."""
+
+    def make():
+        torch.manual_seed(0)
+        conv = torch.nn.Conv1d(8, 8, 5, padding=2, groups=2)
+        return torch.nn.utils.parametrizations.weight_norm(conv, dim=2)
+
+    x = torch.randn(2, 8, 12)
+    model, reference = make(), make()
+    compiled = ortlab.compile(model)
+    compiled(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    assert len(backward.partitions) == 1 and not backward.eager_node_names

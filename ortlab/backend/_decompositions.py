@@ -33,6 +33,11 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 # ATen's, per output position, and separable: along each dim a window covers
 # ``[o*s - p, min(o*s - p + k, size + p))``, clamped to ``[0, size)`` unless
 # ``count_include_pad``; ``divisor_override`` replaces it. Symbolic sizes keep the op.
+#
+# ``aten._weight_norm_interface_backward`` (wav2vec2's and HuBERT's positional
+# convolution) is written out as ATen computes it, with ``n`` the saved norms:
+# ``grad_g = sum(grad_w * v) / n`` over every dim but ``dim`` (all of them for -1),
+# ``grad_v = (g / n) * (grad_w - v * grad_g / n)``.
 """
 
 from __future__ import annotations
@@ -257,6 +262,21 @@ def _window_counts(
     return end - start
 
 
+def weight_norm_interface_backward(
+    grad_w: torch.Tensor,
+    saved_v: torch.Tensor,
+    saved_g: torch.Tensor,
+    saved_norms: torch.Tensor,
+    dim: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aten._weight_norm_interface_backward``: the gradients of ``v`` and ``g`` (see
+    the module's NOTE)."""
+    dims = [d for d in range(saved_v.dim()) if dim == -1 or d != dim]
+    grad_g = aten.sum.dim_IntList(grad_w * saved_v, dims, True) / saved_norms
+    grad_v = (saved_g / saved_norms) * (grad_w - saved_v * (grad_g / saved_norms))
+    return grad_v, grad_g
+
+
 def _expand(value: Sequence[int], count: int) -> list[int]:
     values = list(value)
     return values * count if len(values) == 1 else values
@@ -267,4 +287,5 @@ def table() -> dict[Any, Any]:
     return {
         aten.convolution_backward.default: convolution_backward,
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
+        aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
     }
