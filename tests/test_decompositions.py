@@ -1,5 +1,6 @@
-"""ortlab's own decompositions: convolution_backward in convolutions, exact against ATen,
-so a CNN's backward graph runs in ONNX Runtime whole."""
+"""ortlab's own decompositions (convolution_backward in convolutions, avg_pool2d_backward,
+_weight_norm_interface_backward, as_strided_scatter), exact against ATen, so that the
+backward graphs that hold them run in ONNX Runtime whole."""
 
 from __future__ import annotations
 
@@ -229,6 +230,70 @@ def test_a_weight_normed_convolution_trains_in_onnx_runtime_whole():
 
     x = torch.randn(2, 8, 12)
     model, reference = make(), make()
+    compiled = ortlab.compile(model)
+    compiled(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    assert len(backward.partitions) == 1 and not backward.eager_node_names
+
+
+# -- as_strided_scatter -------------------------------------------------------------------
+
+SCATTERS = [
+    # (input shape, size, stride, storage offset)
+    ((4, 6), (3, 2), (6, 1), 0),
+    ((4, 6), (2, 3), (1, 4), 1),  # a transposed window
+    ((24,), (3, 4), (8, 2), 1),
+    ((2, 3, 4), (3, 2), (4, 1), 5),
+    ((5, 5), (5,), (6,), 0),  # the diagonal
+]
+
+
+@pytest.mark.parametrize("case", SCATTERS, ids=str)
+def test_as_strided_scatter_decomposed_matches_aten(case):
+    shape, size, stride, offset = case
+    torch.manual_seed(0)
+    x, src = torch.randn(shape, dtype=torch.float64), torch.randn(size, dtype=torch.float64)
+    expected = torch.as_strided_scatter(x, src, size, stride, offset)
+    got = _decompositions.as_strided_scatter(x, src, size, stride, offset)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "x,size,stride",
+    [
+        (torch.randn(6, 4).t(), (2, 2), (4, 1)),  # a strided input: storage is not values
+        (torch.randn(4, 6)[1:], (2, 2), (6, 1)),  # an input at a storage offset
+        (torch.randn(4, 6), (3, 3), (2, 1)),  # positions that overlap
+        (torch.randn(4, 6), (2, 2), (0, 1)),
+    ],
+    ids=["strided", "offset", "overlap", "stride-0"],
+)
+def test_as_strided_scatter_keeps_the_op_where_values_are_not_storage(x, size, stride):
+    src = torch.randn(size)
+    assert _decompositions.as_strided_scatter(x, src, size, stride, 0) is NotImplemented
+
+
+def test_pooling_a_transposed_sequence_trains_in_onnx_runtime_whole():
+    """Swin's pooler: its backward wrote through a strided view (as_strided_scatter)."""
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.LayerNorm(32))
+            self.pool = torch.nn.AdaptiveAvgPool1d(1)
+            self.head = torch.nn.Linear(32, 3)
+
+        def forward(self, x):
+            return self.head(torch.flatten(self.pool(self.body(x).transpose(1, 2)), 1))
+
+    torch.manual_seed(0)
+    model = Pooled()
+    torch.manual_seed(0)
+    reference = Pooled()
+    x = torch.randn(2, 5, 8)
     compiled = ortlab.compile(model)
     compiled(x).square().mean().backward()
     reference(x).square().mean().backward()

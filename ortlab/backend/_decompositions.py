@@ -1,5 +1,5 @@
-"""ortlab's own decompositions, for ops whose backward has no ONNX translation: written in
-ATen ops that torchlib translates, and added to the lowerings' table.
+"""ortlab's own decompositions, for ops of backward graphs that have no ONNX translation:
+written in ATen ops that torchlib translates, and added to the lowerings' table.
 
 # NOTE: ``aten.convolution_backward`` has neither a translation nor a decomposition in
 # torch, so every convolution of a CNN's backward graph ran in PyTorch, cutting it into a
@@ -38,6 +38,14 @@ ATen ops that torchlib translates, and added to the lowerings' table.
 # convolution) is written out as ATen computes it, with ``n`` the saved norms:
 # ``grad_g = sum(grad_w * v) / n`` over every dim but ``dim`` (all of them for -1),
 # ``grad_v = (g / n) * (grad_w - v * grad_g / n)``.
+#
+# ``aten.as_strided_scatter`` (functionalization's form of writing through a strided
+# view; Swin's backward) became ``prims.as_strided_scatter``, which has no translation.
+# It writes ``src`` at storage positions ``offset + sum(i_k * stride_k)`` of a copy of
+# ``input``. Where ``input`` is contiguous at storage offset 0 its storage *is* its
+# values in order, so that is an ``index_put`` of ``src``'s values at those positions
+# of the flattened input. Anything else (a strided or offset input, positions that
+# overlap, symbolic sizes) keeps the op.
 """
 
 from __future__ import annotations
@@ -277,6 +285,44 @@ def weight_norm_interface_backward(
     return grad_v, grad_g
 
 
+def as_strided_scatter(
+    input: torch.Tensor,
+    src: torch.Tensor,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None = None,
+) -> Any:
+    """``aten.as_strided_scatter`` as an ``index_put`` into the flattened input (see the
+    module's NOTE)."""
+    offset = storage_offset or 0
+    plain = (*input.shape, *size, *stride, offset, input.storage_offset())
+    if not all(isinstance(v, int) for v in plain):
+        return NotImplemented
+    if not input.is_contiguous() or input.storage_offset() != 0 or _overlaps(size, stride):
+        return NotImplemented
+    positions = aten.full.default([1] * len(size), offset, dtype=torch.int64)
+    for d, (count, step) in enumerate(zip(size, stride)):
+        along = aten.arange.default(count, dtype=torch.int64) * step
+        shape = [1] * len(size)
+        shape[d] = count
+        positions = positions + aten.view.default(along, shape)
+    flat = aten.reshape.default(input, [-1])
+    values = aten.reshape.default(src, [-1])
+    written = aten.index_put.default(flat, [aten.reshape.default(positions, [-1])], values)
+    return aten.view.default(written, list(input.shape))
+
+
+def _overlaps(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two positions of a strided view can be the same element (dims of size 1
+    aside, each stride must clear the extent of the smaller ones)."""
+    extent = 1
+    for step, count in sorted((s, c) for c, s in zip(size, stride) if c > 1):
+        if step < extent:
+            return True
+        extent = step * (count - 1) + extent
+    return False
+
+
 def _expand(value: Sequence[int], count: int) -> list[int]:
     values = list(value)
     return values * count if len(values) == 1 else values
@@ -288,4 +334,5 @@ def table() -> dict[Any, Any]:
         aten.convolution_backward.default: convolution_backward,
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
         aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
+        aten.as_strided_scatter.default: as_strided_scatter,
     }
