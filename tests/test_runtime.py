@@ -480,29 +480,6 @@ def test_bfloat16_casts_around_float32_arithmetic_run_in_onnx_runtime():
     assert not backend.graphs[0].eager_node_names
 
 
-@pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")
-def test_a_bfloat16_mlp_is_right_with_its_arithmetic_in_pytorch():
-    # ONNX Runtime's CPU provider has no bfloat16 Gemm or Gelu: the session refuses them
-    # and they run in PyTorch; the transposes of the weights run in ONNX Runtime.
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
-    ).to(torch.bfloat16)
-    x = torch.randn(4, 16, dtype=torch.bfloat16)
-    backend = OrtBackend()
-    with torch.no_grad():
-        got = torch.compile(mlp.eval(), backend=backend)(x)
-        assert torch.equal(got, mlp(x))
-    (graph,) = backend.graphs
-    in_ort = {graph.verdict(n).target for n in graph.ort_node_names}
-    assert in_ort == {"aten.t.default"}
-    assert {graph.verdict(n).target for n in graph.eager_node_names} == {
-        "aten.addmm.default",
-        "aten.gelu.default",
-    }
-    assert backend.execution_count >= 1
-
-
 def test_bfloat16_buffers_bind_to_an_io_binding():
     import onnxruntime
     from onnx import TensorProto, helper

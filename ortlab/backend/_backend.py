@@ -38,6 +38,7 @@ from ortlab.backend import (
     _lowering,
     _options,
     _partition,
+    _precision,
     _rewrites,
     _sizes,
     _source,
@@ -225,6 +226,8 @@ class OrtBackend:
             _sizes.sizes_from_inputs(graph_module)
         # Ops whose translation is wrong on some inputs, rewritten first (see _rewrites).
         graph_module = _rewrites.for_onnx(graph_module)
+        # Narrow floats on CPU computed in float32 where ONNX Runtime has no kernel.
+        graph_module = _precision.for_onnx(graph_module)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
         # the graph exactly as received.
         work = _export.copy_graph_module(graph_module)

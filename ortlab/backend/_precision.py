@@ -1,0 +1,167 @@
+"""bfloat16 and float16 arithmetic on CPU, computed in float32 where ONNX Runtime has no
+kernel for the narrow type.
+
+# NOTE: ONNX Runtime's CPU provider has few bfloat16 (and float16) kernels: no Gemm,
+# MatMul, Mul, Add, Gelu, Softmax... Under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+# the conformance table rejected those nodes and they stayed in PyTorch, which cut a
+# Qwen2 training step into 47 partitions (108 of 798 nodes in PyTorch) and a BERT
+# forward into 17. PyTorch's CPU kernels for these types compute in float32 and round
+# the result once (``opmath``: elementwise ops, reductions, and matrix products, which
+# accumulate in float32). So each such node becomes that, spelled out:
+#
+#   before                          after
+#   x:bf16 --> op --> y:bf16        x:bf16 -> float32 --> op --> float32 -> bf16
+#
+# one cast per narrow input value (shared by its consumers) and one per narrow output;
+# the node's ONNX translation is then the float32 one, which the conformance table
+# verifies. Elementwise ops give PyTorch's bits; reductions and matrix products may
+# differ by the rounding of a different summation order, as any two float32 kernels do.
+# PyTorch's flash attention rounds its probabilities to the narrow type before the
+# second product, where the float32 spelling keeps them: a little more accurate than
+# eager, not equal to it.
+#
+# Left alone: nodes the table verified in the narrow type (ONNX Runtime runs them as
+# they are), conversions (a bit cast must stay one), random ops (they stay in PyTorch
+# anyway), graphs on other devices (CUDA has the kernels).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ortlab.backend import _conformance, _export, _support, _torch_private
+
+NARROW = (torch.bfloat16, torch.float16)
+"""The dtypes computed in float32 where ONNX Runtime has no kernel for them."""
+
+_aten = torch.ops.aten
+_CONVERSIONS = frozenset(
+    {
+        _aten._to_copy.default,
+        _aten.view.dtype,
+        _aten.clone.default,
+        _aten.alias.default,
+        _aten.lift_fresh_copy.default,
+        torch.ops.prims.convert_element_type.default,
+    }
+)
+"""Ops that move or convert values and never need arithmetic kernels."""
+
+
+def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with its narrow-float arithmetic in float32 where ONNX Runtime lacks the
+    kernel: a rewritten copy, or ``graph_module`` itself when no node needs it."""
+    if not any(_narrow_without_kernel(n) for n in graph_module.graph.nodes):
+        return graph_module
+    rewritten = _export.copy_graph_module(graph_module)
+    compute_in_float32(rewritten)
+    return rewritten
+
+
+def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
+    """Rewrites, in place, every CPU node that computes in bfloat16 or float16 without a
+    verified ONNX Runtime kernel for it into the same op in float32 between casts (see
+    the module's NOTE); returns how many nodes changed."""
+    graph = graph_module.graph
+    widened: dict[torch.fx.Node, torch.fx.Node] = {}
+    changed = 0
+    for node in list(graph.nodes):
+        if not _narrow_without_kernel(node):
+            continue
+        node.args, node.kwargs = torch.fx.node.map_arg(
+            (node.args, node.kwargs), lambda a: _widen(graph, a, widened)
+        )
+        narrow = node.meta["val"]
+        node.meta["val"] = _recompute(node)
+        _narrow_outputs(graph, node, narrow)
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+def _narrow_without_kernel(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not _torch_private.is_op_overload(node.target):
+        return False
+    target = node.target
+    if target in _CONVERSIONS:
+        return False
+    seeded = torch.Tag.nondeterministic_seeded in target.tags
+    if seeded and "scaled_dot_product" not in target.__name__:  # random: stays in PyTorch
+        return False
+    values = [_val(a) for a in node.all_input_nodes]
+    if not any(_is_narrow(v) for v in values):
+        return False
+    if any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values):
+        return False
+    return _conformance.lookup_node(node, _support.target_text(target)).status != "verified"
+
+
+def _is_narrow(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_is_narrow(v) for v in value)
+    return isinstance(value, torch.Tensor) and value.dtype in NARROW
+
+
+def _widen(
+    graph: torch.fx.Graph, arg: torch.fx.Node, widened: dict[torch.fx.Node, torch.fx.Node]
+) -> torch.fx.Node:
+    """``arg`` in float32 when it is a narrow tensor (one cast per value)."""
+    value = _val(arg)
+    if not (isinstance(value, torch.Tensor) and value.dtype in NARROW):
+        return arg
+    if arg not in widened:
+        with graph.inserting_after(arg):
+            widened[arg] = _cast(graph, arg, arg, torch.float32)
+    return widened[arg]
+
+
+def _narrow_outputs(graph: torch.fx.Graph, node: torch.fx.Node, narrow: Any) -> None:
+    """Casts the node's outputs back to the narrow dtypes they had."""
+    if isinstance(narrow, torch.Tensor):
+        if narrow.dtype != node.meta["val"].dtype:
+            _cast_users(graph, node, narrow.dtype)
+        return
+    if isinstance(narrow, (list, tuple)):
+        for user in list(node.users):
+            if user.target is not operator.getitem:
+                continue
+            before = narrow[user.args[1]]  # type: ignore[index]
+            user.meta["val"] = node.meta["val"][user.args[1]]  # type: ignore[index]
+            if isinstance(before, torch.Tensor) and before.dtype != user.meta["val"].dtype:
+                _cast_users(graph, user, before.dtype)
+
+
+def _cast_users(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype) -> None:
+    users = list(node.users)
+    with graph.inserting_after(node):
+        cast = _cast(graph, node, node, dtype)
+    for user in users:
+        user.replace_input_with(node, cast)
+
+
+def _cast(
+    graph: torch.fx.Graph, value: torch.fx.Node, origin: torch.fx.Node, dtype: torch.dtype
+) -> torch.fx.Node:
+    target = torch.ops.prims.convert_element_type.default
+    node = graph.call_function(target, (value, dtype))
+    node.meta = {
+        k: v for k, v in origin.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
+    }
+    node.meta["val"] = target(_val(value), dtype)
+    return node
+
+
+def _recompute(node: torch.fx.Node) -> Any:
+    """The node's fake result on its (now float32) arguments."""
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _val)
+    return node.target(*args, **kwargs)  # type: ignore[operator]
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node

@@ -1,0 +1,97 @@
+"""bfloat16 and float16 arithmetic on CPU runs in ONNX Runtime in float32, between casts,
+where its CPU provider has no kernel for the narrow type: PyTorch's bits for elementwise
+ops, and a bfloat16 autocast training step in one partition per graph (it was cut into
+dozens, with the matrix products and activations in PyTorch)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from training_helpers import causal_lm
+
+import ortlab
+from ortlab.backend import _precision
+
+
+def _ops(backend: ortlab.OrtBackend) -> list[str]:
+    (session,) = backend.sessions
+    return [n.op_type for n in session.model.graph.node]
+
+
+def _all_in_onnx_runtime(backend: ortlab.OrtBackend) -> None:
+    for graph in backend.graphs:
+        assert not graph.eager_node_names, [graph.verdict(n) for n in graph.eager_node_names]
+        assert len(graph.partitions) == 1
+
+
+def test_bfloat16_elementwise_arithmetic_gives_eagers_bits_in_onnx_runtime():
+    def f(x, y):
+        return torch.nn.functional.gelu(x * y + x).sin() / (y.abs() + 1)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
+    backend = ortlab.OrtBackend()
+    got = torch.compile(f, backend=backend)(x, y)
+    # Each op computed in float32 and rounded once, as PyTorch's CPU kernels do.
+    assert got.dtype == torch.bfloat16 and torch.equal(got, f(x, y))
+    _all_in_onnx_runtime(backend)
+    assert "Cast" in _ops(backend)
+
+
+def test_a_bfloat16_mlp_runs_in_onnx_runtime_with_eagers_result():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    ).to(torch.bfloat16)
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(mlp.eval(), backend=backend)(x)
+        expected = mlp(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)  # a float32 product, rounded once
+    _all_in_onnx_runtime(backend)
+    ops = _ops(backend)
+    assert "Gemm" in ops or "MatMul" in ops
+
+
+def test_what_onnx_runtime_runs_in_the_narrow_type_stays_narrow():
+    def f(x, y):
+        return torch.cat([x.t(), y.t()]).reshape(-1)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f)(
+        torch.randn(2, 3, dtype=torch.bfloat16), torch.randn(2, 3, dtype=torch.bfloat16)
+    )
+    assert _precision.for_onnx(gm) is gm  # cat, t and reshape have bfloat16 kernels
+
+
+def _float32_gradient_errors(model, reference, float32):
+    """Per parameter, the gradient's distance to the float32 model's, over its scale."""
+    return {
+        name: ((p.grad - f.grad).abs().max() / f.grad.abs().max()).item()
+        for (name, p), f in zip(model.named_parameters(), float32.parameters())
+    }
+
+
+def test_a_bfloat16_autocast_training_step_runs_whole_in_onnx_runtime():
+    model = causal_lm("Qwen2").train()
+    reference, float32 = copy.deepcopy(model), copy.deepcopy(model)
+    ids = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(1))
+    backend = ortlab.OrtBackend()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = torch.compile(model, backend=backend)(input_ids=ids, labels=ids).loss
+        expected = reference(input_ids=ids, labels=ids).loss
+    exact = float32(input_ids=ids, labels=ids).loss
+    for value in (loss, expected, exact):
+        value.backward()
+    # Both bfloat16 runs are as far from float32 as bfloat16 rounding puts them.
+    assert abs(loss.item() - exact.item()) <= 2 * abs(expected.item() - exact.item()) + 1e-3
+    ours = _float32_gradient_errors(model, reference, float32)
+    eagers = _float32_gradient_errors(reference, model, float32)
+    for name, error in ours.items():
+        assert error <= 2 * eagers[name] + 1e-3, (name, error, eagers[name])
+    assert {g.kind for g in backend.graphs} == {"forward", "backward"}
+    for graph in backend.graphs:
+        assert not graph.eager_node_names, [graph.verdict(n) for n in graph.eager_node_names]
+        assert len(graph.partitions) == 1
