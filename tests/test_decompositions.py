@@ -301,3 +301,31 @@ def test_pooling_a_transposed_sequence_trains_in_onnx_runtime_whole():
         torch.testing.assert_close(p.grad, q.grad, msg=name)
     (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
     assert len(backward.partitions) == 1 and not backward.eager_node_names
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_decompositions_keep_their_inputs_device_and_dtype(device, dtype):
+    x = torch.randn(2, 3, 8, 8, dtype=dtype, device=device)
+    go = torch.randn(2, 3, 4, 4, dtype=dtype, device=device)
+    pooled = _decompositions.avg_pool2d_backward(
+        go, x, [2, 2], [2, 2], [0, 0], False, True, None
+    )
+    assert pooled.device == x.device and pooled.dtype == dtype
+    flat = torch.randn(24, dtype=dtype, device=device)
+    src = torch.randn(3, 4, dtype=dtype, device=device)
+    scattered = _decompositions.as_strided_scatter(flat, src, [3, 4], [8, 2], 1)
+    assert scattered.device == flat.device and scattered.dtype == dtype
+
+
+def test_a_pooling_cnn_trains_under_bfloat16_autocast_in_onnx_runtime():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.AvgPool2d(2), torch.nn.Flatten()
+    )
+    x = torch.randn(2, 3, 8, 8)
+    backend = ortlab.OrtBackend()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.compile(model, backend=backend)(x).float().square().mean().backward()
+    assert {g.kind for g in backend.graphs} == {"forward", "backward"}
+    assert all(g.error is None and not g.eager_node_names for g in backend.graphs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from training_helpers import causal_lm
 
@@ -95,3 +96,50 @@ def test_a_bfloat16_autocast_training_step_runs_whole_in_onnx_runtime():
     for graph in backend.graphs:
         assert not graph.eager_node_names, [graph.verdict(n) for n in graph.eager_node_names]
         assert len(graph.partitions) == 1
+
+
+class _Ema(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ema", torch.ones(8, dtype=torch.bfloat16))
+
+    def forward(self, x):
+        self.ema.mul_(0.9).add_(x.mean(0) * 0.1)
+        return x * self.ema
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_a_bfloat16_buffer_written_in_place_is_written(grad):
+    """The write-back of a buffer goes to the buffer, not to a float32 copy of it."""
+    x = torch.randn(4, 8, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+    model, reference = _Ema(), _Ema()
+    with torch.set_grad_enabled(grad):
+        got = torch.compile(model, backend=ortlab.OrtBackend())(x.requires_grad_(grad))
+        expected = reference(x)
+    assert torch.equal(model.ema, reference.ema) and not torch.equal(model.ema, _Ema().ema)
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "view", [lambda x: x.expand(2, 4, 8), lambda x: x.diagonal()], ids=["expand", "diagonal"]
+)
+def test_a_returned_view_of_a_bfloat16_input_stays_a_view(view):
+    x = torch.zeros(4, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = torch.compile(view, backend=ortlab.OrtBackend())(x)
+    x.add_(1)  # as in eager, the view sees the write
+    assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert torch.equal(y, view(x))
+
+
+@pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")
+def test_bfloat16_index_put_accumulating_keeps_eagers_rounding():
+    """PyTorch rounds after each addition of a repeated index (256 for 300 ones here):
+    computing in float32 would give 300."""
+
+    def f(values, index):
+        return torch.zeros(1, dtype=torch.bfloat16).index_put((index,), values, True)
+
+    values, index = torch.ones(300, dtype=torch.bfloat16), torch.zeros(300, dtype=torch.long)
+    got = torch.compile(f, backend=ortlab.OrtBackend())(values, index)
+    assert torch.equal(got, f(values, index)) and got.item() == 256

@@ -236,11 +236,18 @@ def avg_pool2d_backward(
     else:
         counts = [
             _window_counts(
-                outputs[d], extent[d], kernel[d], steps[d], pads[d], count_include_pad
+                outputs[d],
+                extent[d],
+                kernel[d],
+                steps[d],
+                pads[d],
+                count_include_pad,
+                grad_output.device,
             )
             for d in (0, 1)
         ]
-        scaled = grad_output / (counts[0].unsqueeze(1) * counts[1])
+        divisor = counts[0].unsqueeze(1) * counts[1]  # whole numbers: exact in any float
+        scaled = grad_output / aten._to_copy.default(divisor, dtype=grad_output.dtype)
     ones = aten.ones.default(
         [channels, 1, *kernel], dtype=grad_output.dtype, device=grad_output.device
     )
@@ -258,11 +265,17 @@ def avg_pool2d_backward(
 
 
 def _window_counts(
-    outputs: int, size: int, kernel: int, stride: int, pad: int, include_pad: bool
+    outputs: int,
+    size: int,
+    kernel: int,
+    stride: int,
+    pad: int,
+    include_pad: bool,
+    device: torch.device,
 ) -> torch.Tensor:
     """ATen's divisor along one dim: how many positions each output's window covers
     (computed in the graph: a tensor constant made here would not trace functionally)."""
-    start = aten.arange.default(outputs, dtype=torch.float32) * stride - pad
+    start = aten.arange.default(outputs, dtype=torch.float32, device=device) * stride - pad
     end = aten.clamp_max.default(start + kernel, size + pad)
     if not include_pad:
         start = aten.clamp_min.default(start, 0)
@@ -300,9 +313,10 @@ def as_strided_scatter(
         return NotImplemented
     if not input.is_contiguous() or input.storage_offset() != 0 or _overlaps(size, stride):
         return NotImplemented
-    positions = aten.full.default([1] * len(size), offset, dtype=torch.int64)
+    device = input.device
+    positions = aten.full.default([1] * len(size), offset, dtype=torch.int64, device=device)
     for d, (count, step) in enumerate(zip(size, stride)):
-        along = aten.arange.default(count, dtype=torch.int64) * step
+        along = aten.arange.default(count, dtype=torch.int64, device=device) * step
         shape = [1] * len(size)
         shape[d] = count
         positions = positions + aten.view.default(along, shape)

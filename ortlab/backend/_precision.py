@@ -22,7 +22,12 @@ kernel for the narrow type.
 #
 # Left alone: nodes the table verified in the narrow type (ONNX Runtime runs them as
 # they are), conversions (a bit cast must stay one), random ops (they stay in PyTorch
-# anyway), graphs on other devices (CUDA has the kernels).
+# anyway), graphs on other devices (CUDA has the kernels), ops that write an input and
+# views that return a graph input's memory (the write-back of a buffer, or a view the
+# caller keeps, must reach the real tensor, not a float32 copy), ops returning no
+# tensor, and ``index_put(accumulate=True)``: PyTorch rounds after every addition there
+# (256 where float32 gives 300, measured), which one rounding at the end does not
+# reproduce.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ _CONVERSIONS = frozenset(
 def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The graph with its narrow-float arithmetic in float32 where ONNX Runtime lacks the
     kernel: a rewritten copy, or ``graph_module`` itself when no node needs it."""
-    if not any(_narrow_without_kernel(n) for n in graph_module.graph.nodes):
+    kept = frozenset(_support.input_alias_outputs(graph_module))
+    if not any(_narrow_without_kernel(n, kept) for n in graph_module.graph.nodes):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
     compute_in_float32(rewritten)
@@ -67,16 +73,21 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
     verified ONNX Runtime kernel for it into the same op in float32 between casts (see
     the module's NOTE); returns how many nodes changed."""
     graph = graph_module.graph
+    kept = frozenset(_support.input_alias_outputs(graph_module))
     widened: dict[torch.fx.Node, torch.fx.Node] = {}
     changed = 0
     for node in list(graph.nodes):
-        if not _narrow_without_kernel(node):
+        if not _narrow_without_kernel(node, kept):
             continue
         node.args, node.kwargs = torch.fx.node.map_arg(
             (node.args, node.kwargs), lambda a: _widen(graph, a, widened)
         )
         narrow = node.meta["val"]
-        node.meta["val"] = _recompute(node)
+        if node.target in _FACTORIES:  # no fake input to recompute from: its value widened
+            node.kwargs = {**node.kwargs, "dtype": torch.float32}
+            node.meta["val"] = narrow.to(torch.float32)
+        else:
+            node.meta["val"] = _recompute(node)
         _narrow_outputs(graph, node, narrow)
         changed += 1
     if changed:
@@ -85,21 +96,54 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
     return changed
 
 
-def _narrow_without_kernel(node: torch.fx.Node) -> bool:
+def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
+    """Whether the node computes in a narrow type on CPU, without a verified kernel, and
+    may be computed in float32 (``kept``: the views that return a graph input)."""
     if node.op != "call_function" or not _torch_private.is_op_overload(node.target):
         return False
     target = node.target
-    if target in _CONVERSIONS:
+    if target in _CONVERSIONS or node.name in kept or not _computes_values(node):
         return False
     seeded = torch.Tag.nondeterministic_seeded in target.tags
     if seeded and "scaled_dot_product" not in target.__name__:  # random: stays in PyTorch
         return False
     values = [_val(a) for a in node.all_input_nodes]
+    if target in _FACTORIES:  # no inputs: the dtype it makes says
+        values = [node.meta.get("val")]
     if not any(_is_narrow(v) for v in values):
         return False
     if any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values):
         return False
     return _conformance.lookup_node(node, _support.target_text(target)).status != "verified"
+
+
+_FACTORIES = frozenset(
+    {_aten.full.default, _aten.ones.default, _aten.zeros.default, _aten.scalar_tensor.default}
+)
+"""Ops that make a tensor of a value in the dtype they are given: made in float32, then
+cast (the value rounds once, either way)."""
+
+
+def _computes_values(node: torch.fx.Node) -> bool:
+    """Whether computing the node in float32 changes nothing but the rounding. Not: ops
+    that write an input (a write into a float32 copy would be lost), ops that return no
+    tensor (sizes), and ``index_put`` accumulating, which PyTorch rounds after every
+    addition. (Views are values here, but those that return a graph input's memory.)"""
+    schema = node.target._schema  # type: ignore[union-attr]
+    if schema.is_mutable:
+        return False
+    value = node.meta.get("val")
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        return False
+    if node.target in _ACCUMULATING:
+        args = dict(zip((a.name for a in schema.arguments), node.args)) | dict(node.kwargs)
+        return not args.get("accumulate", False)
+    return True
+
+
+_ACCUMULATING = frozenset({_aten.index_put.default, _aten._unsafe_index_put.default})
+"""Ops whose ``accumulate=True`` adds repeated indices one by one in the narrow type."""
 
 
 def _is_narrow(value: Any) -> bool:
