@@ -24,6 +24,26 @@ CASES = [
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
+def _square_mean(out):
+    return out.square().mean()
+
+
+def _trains_in_one_backward_partition(make, x, loss, exact=False):
+    """One step of ``make()``'s model compiled and eager with ``loss``: the gradients
+    agree (to float32's default tolerance when ``exact``), and the backward graph ran
+    whole in ONNX Runtime. Returns that graph's ONNX op types."""
+    model, reference = make(), make()
+    compiled = ortlab.compile(model)
+    loss(compiled(x)).backward()
+    loss(reference(x)).backward()
+    tolerance = {} if exact else {"rtol": 1e-4, "atol": 1e-5}
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name, **tolerance)
+    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    assert len(backward.partitions) == 1 and not backward.eager_node_names
+    return [n.op_type for n in backward.partitions[0].sessions[0].model.graph.node]
+
+
 @pytest.fixture(params=["im2col", "convolution"])
 def weight_form(request, monkeypatch):
     """Each case in both forms of the weight gradient (the convolution form is the one
@@ -73,17 +93,8 @@ def test_a_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
         )
 
     x, y = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
-    model, reference = make(), make()
-    compiled = ortlab.compile(model)
-    F.cross_entropy(compiled(x), y).backward()
-    F.cross_entropy(reference(x), y).backward()
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-    backward = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
-    assert len(backward) == 1 and len(backward[0].partitions) == 1
-    assert not backward[0].eager_node_names
+    ops = _trains_in_one_backward_partition(make, x, lambda out: F.cross_entropy(out, y))
     # The weight gradients ran as matrix products, the input gradient as ConvTranspose.
-    ops = [n.op_type for n in backward[0].partitions[0].sessions[0].model.graph.node]
     assert "Conv" not in ops and ops.count("ConvTranspose") == 1
     assert ops.count("MatMul") + ops.count("Gemm") >= 3
 
@@ -192,15 +203,7 @@ def test_a_pooling_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
         )
 
     x, y = torch.randn(4, 3, 15, 15), torch.tensor([0, 1, 2, 3])
-    model, reference = make(), make()
-    compiled = ortlab.compile(model)
-    F.cross_entropy(compiled(x), y).backward()
-    F.cross_entropy(reference(x), y).backward()
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
-    assert len(backward.partitions) == 1 and not backward.eager_node_names
-    ops = [n.op_type for n in backward.partitions[0].sessions[0].model.graph.node]
+    ops = _trains_in_one_backward_partition(make, x, lambda out: F.cross_entropy(out, y))
     assert ops.count("ConvTranspose") == 3  # two average pools, the 1x1 convolution's input
 
 
@@ -228,15 +231,7 @@ def test_a_weight_normed_convolution_trains_in_onnx_runtime_whole():
         conv = torch.nn.Conv1d(8, 8, 5, padding=2, groups=2)
         return torch.nn.utils.parametrizations.weight_norm(conv, dim=2)
 
-    x = torch.randn(2, 8, 12)
-    model, reference = make(), make()
-    compiled = ortlab.compile(model)
-    compiled(x).square().mean().backward()
-    reference(x).square().mean().backward()
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
-    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
-    assert len(backward.partitions) == 1 and not backward.eager_node_names
+    _trains_in_one_backward_partition(make, torch.randn(2, 8, 12), _square_mean, exact=True)
 
 
 # -- as_strided_scatter -------------------------------------------------------------------
@@ -289,18 +284,11 @@ def test_pooling_a_transposed_sequence_trains_in_onnx_runtime_whole():
         def forward(self, x):
             return self.head(torch.flatten(self.pool(self.body(x).transpose(1, 2)), 1))
 
-    torch.manual_seed(0)
-    model = Pooled()
-    torch.manual_seed(0)
-    reference = Pooled()
-    x = torch.randn(2, 5, 8)
-    compiled = ortlab.compile(model)
-    compiled(x).square().mean().backward()
-    reference(x).square().mean().backward()
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
-    (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
-    assert len(backward.partitions) == 1 and not backward.eager_node_names
+    def make():
+        torch.manual_seed(0)
+        return Pooled()
+
+    _trains_in_one_backward_partition(make, torch.randn(2, 5, 8), _square_mean, exact=True)
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])

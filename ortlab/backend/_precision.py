@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ortlab.backend import _conformance, _export, _support, _torch_private
+from ortlab.backend import _conformance, _export, _rewrites, _support, _torch_private
 
 NARROW = (torch.bfloat16, torch.float16)
 """The dtypes computed in float32 where ONNX Runtime has no kernel for them."""
@@ -107,7 +107,7 @@ def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
     seeded = torch.Tag.nondeterministic_seeded in target.tags
     if seeded and "scaled_dot_product" not in target.__name__:  # random: stays in PyTorch
         return False
-    values = [_val(a) for a in node.all_input_nodes]
+    values = [_rewrites.fake_value(a) for a in node.all_input_nodes]
     if target in _FACTORIES:  # no inputs: the dtype it makes says
         values = [node.meta.get("val")]
     if not any(_is_narrow(v) for v in values):
@@ -156,7 +156,7 @@ def _widen(
     graph: torch.fx.Graph, arg: torch.fx.Node, widened: dict[torch.fx.Node, torch.fx.Node]
 ) -> torch.fx.Node:
     """``arg`` in float32 when it is a narrow tensor (one cast per value)."""
-    value = _val(arg)
+    value = _rewrites.fake_value(arg)
     if not (isinstance(value, torch.Tensor) and value.dtype in NARROW):
         return arg
     if arg not in widened:
@@ -193,19 +193,10 @@ def _cast(
     graph: torch.fx.Graph, value: torch.fx.Node, origin: torch.fx.Node, dtype: torch.dtype
 ) -> torch.fx.Node:
     target = torch.ops.prims.convert_element_type.default
-    node = graph.call_function(target, (value, dtype))
-    node.meta = {
-        k: v for k, v in origin.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
-    }
-    node.meta["val"] = target(_val(value), dtype)
-    return node
+    return _rewrites.add_node(graph, origin, target, (value, dtype))
 
 
 def _recompute(node: torch.fx.Node) -> Any:
     """The node's fake result on its (now float32) arguments."""
-    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _val)
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _rewrites.fake_value)
     return node.target(*args, **kwargs)  # type: ignore[operator]
-
-
-def _val(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node

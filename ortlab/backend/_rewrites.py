@@ -134,7 +134,7 @@ def _head_counts(node: torch.fx.Node) -> tuple[int, int] | None:
     are known integers with the query's a multiple of the key's; ``None`` otherwise."""
     if node.op != "call_function" or node.target not in _ATTENTION_OPS or len(node.args) < 3:
         return None
-    values = [_val(a) for a in node.args[:3]]
+    values = [fake_value(a) for a in node.args[:3]]
     if not all(isinstance(v, torch.Tensor) and v.dim() >= 3 for v in values):
         return None
     query, key, value = values
@@ -184,23 +184,23 @@ def _repeat_heads(
     graph: torch.fx.Graph, attention: torch.fx.Node, kv: torch.fx.Node, repeats: int
 ) -> torch.fx.Node:
     """``kv`` [..., H, S, D] -> [..., H * repeats, S, D], head j repeated in place."""
-    rank = _val(kv).dim()
+    rank = fake_value(kv).dim()
     head = rank - 3
     aten = torch.ops.aten
     sizes = [-1] * (rank + 1)
     sizes[head + 1] = repeats
-    node = _add(graph, attention, aten.unsqueeze.default, (kv, head + 1))
-    node = _add(graph, attention, aten.expand.default, (node, sizes))
-    return _add(graph, attention, aten.flatten.using_ints, (node, head, head + 1))
+    node = add_node(graph, attention, aten.unsqueeze.default, (kv, head + 1))
+    node = add_node(graph, attention, aten.expand.default, (node, sizes))
+    return add_node(graph, attention, aten.flatten.using_ints, (node, head, head + 1))
 
 
-def _add(
+def add_node(
     graph: torch.fx.Graph, origin: torch.fx.Node, target: Any, args: tuple[Any, ...]
 ) -> torch.fx.Node:
     """A new node computing ``target(*args)``, with its ``meta["val"]`` computed on the
     arguments' fake values and ``origin``'s source metadata (stack trace, module path)."""
     node = graph.call_function(target, args)
-    fake_args = tuple(_val(a) if isinstance(a, torch.fx.Node) else a for a in args)
+    fake_args = tuple(fake_value(a) if isinstance(a, torch.fx.Node) else a for a in args)
     node.meta = {
         k: v for k, v in origin.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
     }
@@ -223,7 +223,7 @@ def _masked_attention(node: torch.fx.Node) -> torch.fx.Node | None:
     if node.op != "call_function" or node.target is not _CPU_FLASH_ATTENTION:
         return None
     mask = node.kwargs.get("attn_mask")
-    if not isinstance(mask, torch.fx.Node) or not isinstance(_val(mask), torch.Tensor):
+    if not isinstance(mask, torch.fx.Node) or not isinstance(fake_value(mask), torch.Tensor):
         return None
     if not any(u.target is operator.getitem and u.args[1] == 0 for u in node.users):
         return None
@@ -249,19 +249,19 @@ def zero_fully_masked_rows(graph_module: torch.fx.GraphModule) -> int:
         for output in [
             u for u in node.users if u.target is operator.getitem and u.args[1] == 0
         ]:
-            site, layout = _guard_site(output, _val(mask))
+            site, layout = _guard_site(output, fake_value(mask))
             users = list(site.users)
             with graph.inserting_before(site.next):
-                if _val(mask).dtype == torch.bool:
-                    hidden = _add(graph, node, aten.logical_not.default, (mask,))
+                if fake_value(mask).dtype == torch.bool:
+                    hidden = add_node(graph, node, aten.logical_not.default, (mask,))
                 else:
-                    hidden = _add(graph, node, aten.eq.Scalar, (mask, float("-inf")))
-                row = _add(graph, node, aten.all.dim, (hidden, -1, True))  # [.., Q, 1]
+                    hidden = add_node(graph, node, aten.eq.Scalar, (mask, float("-inf")))
+                row = add_node(graph, node, aten.all.dim, (hidden, -1, True))  # [.., Q, 1]
                 if layout == "bqhd":
-                    row = _add(graph, node, aten.transpose.int, (row, 1, 2))
+                    row = add_node(graph, node, aten.transpose.int, (row, 1, 2))
                 elif layout == "bq(hd)":
-                    row = _add(graph, node, aten.squeeze.dim, (row, 1))
-                guarded = _add(graph, node, aten.masked_fill.Scalar, (site, row, 0.0))
+                    row = add_node(graph, node, aten.squeeze.dim, (row, 1))
+                guarded = add_node(graph, node, aten.masked_fill.Scalar, (site, row, 0.0))
             for user in users:
                 user.replace_input_with(site, guarded)
         changed += 1
@@ -286,14 +286,14 @@ def _guard_site(output: torch.fx.Node, mask: torch.Tensor) -> tuple[torch.fx.Nod
     shape, clones, the head/sequence transpose (``"bqhd"``) and the merge of the heads
     (``"bq(hd)"``); the output itself (``"bhqd"``) when the mask differs per head."""
     site, layout = output, "bhqd"
-    if mask.dim() != 4 or not _same_size(mask.shape[1], 1) or _val(output).dim() != 4:
+    if mask.dim() != 4 or not _same_size(mask.shape[1], 1) or fake_value(output).dim() != 4:
         return site, layout
     node = output
     while len(node.users) == 1:
         (nxt,) = node.users
         if nxt.op != "call_function":
             break
-        before, after = _val(node).shape, _val(nxt).shape
+        before, after = fake_value(node).shape, fake_value(nxt).shape
         if (nxt.target in _RESHAPES or nxt.target is torch.ops.aten.clone.default) and (
             _same_sizes(before, after)
         ):
@@ -362,7 +362,7 @@ def _is_view(node: torch.fx.Node) -> bool:
         return False
     if target in _MAYBE_COPYING_VIEW_OPS:
         source = node.args[0]
-        return isinstance(source, torch.fx.Node) and _is_dense_base(_val(source))
+        return isinstance(source, torch.fx.Node) and _is_dense_base(fake_value(source))
     if target in _SHARING_VIEW_OPS:
         return True
     # Views, and ops that return their first argument (``copy_`` into a graph input).
@@ -403,13 +403,13 @@ def _source(node: torch.fx.Node) -> _Source:
     and says whether the op reads the same elements in ONNX Runtime from that owner."""
     first = node.args[0]
     assert isinstance(first, torch.fx.Node)
-    dtype = _val(first).dtype if isinstance(_val(first), torch.Tensor) else None
+    dtype = fake_value(first).dtype if isinstance(fake_value(first), torch.Tensor) else None
     chain: list[torch.fx.Node] = []
     base = first
     while _is_view(base):
         chain.append(base)
         base = _view_source(base)
-    value = _val(base)
+    value = fake_value(base)
     name = f"{base.name!r}"
     written = [n for n in chain if _is_in_place(n)]
     if written:
@@ -436,7 +436,7 @@ def _source(node: torch.fx.Node) -> _Source:
             "an ONNX value is its elements in order, so as_strided, the views leading to "
             "it and their producer run in PyTorch",
         )
-    if chain and not isinstance(_val(first).storage_offset(), int):
+    if chain and not isinstance(fake_value(first).storage_offset(), int):
         return _Source(
             base,
             chain,
@@ -469,7 +469,7 @@ def _furthest_element(node: torch.fx.Node) -> int | None:
     size, stride = node.args[1], node.args[2]
     offset = _storage_offset_arg(node)
     if offset is None:
-        offset = _val(node.args[0]).storage_offset()  # type: ignore[arg-type]
+        offset = fake_value(node.args[0]).storage_offset()  # type: ignore[arg-type]
     numbers = [*size, *stride, offset]  # type: ignore[misc]
     if not all(isinstance(x, int) for x in numbers):
         return None
@@ -497,7 +497,7 @@ def rebase_as_strided(graph_module: torch.fx.GraphModule) -> int:
     for node, source in list(_rebasable(graph_module.graph)):
         offset = _storage_offset_arg(node)
         if offset is None:
-            offset = _val(node.args[0]).storage_offset()
+            offset = fake_value(node.args[0]).storage_offset()
         size, stride = node.args[1], node.args[2]
         node.args = (source.base, size, stride, *((offset,) if offset else ()))
         node.kwargs = {k: v for k, v in node.kwargs.items() if k != "storage_offset"}
@@ -598,7 +598,7 @@ def embedding_bags_as_composite(graph_module: torch.fx.GraphModule) -> int:
                 padding,  # noqa: B023
             )
 
-        traced = _torch_private.trace_aten(composite, [_val(a) for a in inputs])
+        traced = _torch_private.trace_aten(composite, [fake_value(a) for a in inputs])
         bags = _splice(graph, node, traced, inputs)
         if bags is None:
             continue
@@ -639,5 +639,6 @@ def _splice(
     return env[output]
 
 
-def _val(node: Any) -> Any:
+def fake_value(node: Any) -> Any:
+    """A node's fake value (``meta["val"]``); anything else as it is."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
