@@ -4,13 +4,16 @@ training: 103 MB a call), where a view is free."""
 
 from __future__ import annotations
 
+import types
+
 import numpy.testing
 import pytest
 import torch
 from runtime_helpers import single_partition, static_runner
 
 from ortlab import OrtBackend, OrtBackendOptions
-from ortlab.backend import _runtime, load_test_case
+from ortlab.backend import _build, _runtime, load_test_case
+from ortlab.backend.records import SessionRecord
 
 
 def _compile(fn, **options):
@@ -152,3 +155,30 @@ def test_a_saved_session_with_a_viewed_output_reruns_as_saved(tmp_path):
     for got, want in zip(ort_session.run(None, dict(zip(names, inputs))), expected):
         assert got.shape == want.shape == (6, 5)
         numpy.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-5)
+
+
+def test_an_output_reshaped_to_its_own_shape_is_not_shown_as_viewed():
+    """GPT-2's training step returns a LayerNorm output before a reshape that keeps its
+    shape ([2,16,32] to [2,16,32]): it is still returned before the reshape (ONNX
+    Runtime would copy it), but the record shows the plain schema."""
+    from onnx import TensorProto, helper
+
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], [n]) for n in "ab"],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        outputs,
+    )
+    model = helper.make_model(graph)
+    entry = model.metadata_props.add()
+    entry.key = _runtime.VIEW_KEY
+    entry.value = '{"a": [[2, 3], [2, 3]], "b": [[2, 3], [6]]}'
+
+    class _Session:
+        def get_providers(self):
+            return ["CPUExecutionProvider"]
+
+    partition = types.SimpleNamespace(name="p", sessions=[], dropped_sessions=0)
+    record = SessionRecord(**_build._model_fields(partition, model, _Session()))
+    assert record.output_schema == ("float32[2,3]", "float32[2,3] viewed as [6]")

@@ -622,7 +622,11 @@ def _model_fields(
         output_names=tuple(o.name for o in model.graph.output),
         input_value_infos=tuple(model.graph.input),
         output_value_infos=tuple(model.graph.output),
-        output_views=tuple(v[1] if v else None for v in _runtime.output_views(model)),
+        # A reshape to the shape ONNX already has (kept off the graph output, where ONNX
+        # Runtime would copy) views nothing: the record says so only where shapes differ.
+        output_views=tuple(
+            v[1] if v and v[0] != v[1] else None for v in _runtime.output_views(model)
+        ),
         providers=tuple(session.get_providers()),
     )
 
