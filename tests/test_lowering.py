@@ -291,3 +291,52 @@ def test_floats_an_op_needs_as_constants_are_specialised():
     assert all(g.eager_node_names == () for g in backend.graphs)
     targets = [v.target for g in backend.graphs for v in g.verdicts]
     assert not any("_local_scalar_dense" in t for t in targets)
+
+
+def _attention_ops(gm):
+    return {str(n.target) for n in gm.graph.nodes if "attention" in str(n.target)}
+
+
+def test_attention_is_lowered_as_math_off_cpu_and_as_one_op_on_cpu():
+    """CUDA's fused attention kernels have translations that fail or none: an inference
+    graph off the CPU lowers attention as its math (all translatable; BERT-base on an
+    H200 went from 13 partitions to 1), where on CPU it stays one op that ONNX Runtime's
+    attention fusions recognise."""
+    from ortlab.backend import _backend, _torch_private
+
+    def f(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    gm = torch.fx.symbolic_trace(f)
+    inputs = [torch.randn(1, 2, 8, 16) for _ in range(3)] + [torch.zeros(1, 1, 8, 8)]
+    decompositions = _torch_private.lowering_decompositions()
+    off_cpu = [t.to("meta") for t in inputs]
+    for device_inputs, expected in [
+        (inputs, {"aten._scaled_dot_product_flash_attention_for_cpu.default"}),
+        (off_cpu, set()),
+    ]:
+        with _backend.attention_lowering(device_inputs):
+            aten = _torch_private.lower_to_aten(gm, inputs, decompositions)
+        assert _attention_ops(aten) == expected
+
+
+def test_the_thin_path_chooses_the_attention_lowering_by_the_inputs(monkeypatch):
+    from ortlab.backend import _backend
+
+    seen = []
+    real = _backend.attention_lowering
+
+    def spy(example_inputs):
+        seen.append([t.device.type for t in example_inputs if isinstance(t, torch.Tensor)])
+        return real(example_inputs)
+
+    monkeypatch.setattr(_backend, "attention_lowering", spy)
+    compiled = ortlab.compile(
+        lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q) + 1
+    )
+    q = torch.randn(1, 2, 8, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            compiled(q), torch.nn.functional.scaled_dot_product_attention(q, q, q) + 1
+        )
+    assert seen == [["cpu"]]

@@ -68,3 +68,30 @@ def test_default_session_options_share_cores_with_torch():
     so = _session.default_session_options()
     assert so.intra_op_num_threads == torch.get_num_threads()
     assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_the_cuda_provider_uses_tf32_as_pytorch_does():
+    """ONNX Runtime's CUDA provider computes float32 matrix products in TF32 by default,
+    PyTorch does not: on an H200 a Linear(64, 128) differed from PyTorch's by 22%
+    (relative). The provider follows PyTorch's setting, unless given its own."""
+
+    def cuda_options(**user):
+        (cuda, _cpu) = _session.select_providers(
+            preferred=[("CUDAExecutionProvider", user)],
+            inferred=(),
+            default=None,
+            available=("CUDAExecutionProvider", "CPUExecutionProvider"),
+            warned=set(),
+        )
+        return cuda[1]
+
+    matmul = torch.backends.cuda.matmul  # its attributes are torch's flags
+    before = matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = False
+        assert cuda_options() == {"use_tf32": "0"}
+        matmul.allow_tf32 = True
+        assert cuda_options() == {"use_tf32": "1"}
+        assert cuda_options(use_tf32="0", device_id="0") == {"use_tf32": "0", "device_id": "0"}
+    finally:
+        matmul.allow_tf32 = before

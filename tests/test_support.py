@@ -330,3 +330,22 @@ def test_multihead_attention_trains_with_eager_gradients():
     fn(mha, x).pow(2).sum().backward()
     for g, p in zip(got, mha.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [
+        lambda q: torch.ops.aten._scaled_dot_product_flash_attention(q, q, q)[0],
+        lambda q: torch.ops.aten._scaled_dot_product_efficient_attention(q, q, q, None, False)[
+            0
+        ],
+    ],
+    ids=["flash", "efficient"],
+)
+def test_outputs_the_graph_does_not_read_do_not_decide(attention, registry):
+    """CUDA's attention kernels also return sizes (integers) and their RNG state
+    (uint64); a graph that reads the attention output alone runs it in ONNX Runtime."""
+    q = torch.empty(1, 2, 8, 16, device="meta")
+    verdicts, _ = _verdicts(attention, q, registry=registry)
+    (op,) = [v for v in verdicts.values() if "attention" in v.target]
+    assert op.supported, op.reason

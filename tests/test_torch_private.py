@@ -439,3 +439,9 @@ def test_registered_targets_names_overloads_as_node_targets_read():
         namespace, name, overload = text.split(".")
         op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
         assert registry.is_registered(op), text
+
+
+def test_this_torch_isolates_each_compile_s_recompiles():
+    # torch 2.11 has no isolate_recompiles: compile_with_dynamo then compiles without it
+    # (checked on 2.11); the pinned torch has it.
+    assert _torch_private.isolates_recompiles()

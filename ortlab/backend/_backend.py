@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -558,11 +559,12 @@ class OrtBackend:
         runtime wrappers (inference; see ``_lowering.thin_inference_applies``)."""
         origin.registry_seconds = warm_up(self._options.opset_version)
         start = time.perf_counter()
-        aten = _torch_private.lower_to_aten(
-            graph_module,
-            example_inputs,
-            _torch_private.lowering_decompositions(self._options.opset_version),
-        )
+        with attention_lowering(example_inputs):
+            aten = _torch_private.lower_to_aten(
+                graph_module,
+                example_inputs,
+                _torch_private.lowering_decompositions(self._options.opset_version),
+            )
         partitioned = self.compile(
             aten,
             example_inputs,
@@ -681,6 +683,21 @@ def backend_of(obj: Any) -> OrtBackend:
         f"{type(obj).__name__} was not compiled with ortlab: pass an OrtBackend, the result "
         "of ortlab.compile(...), or torch.compile(..., backend=OrtBackend(...))."
     )
+
+
+def attention_lowering(
+    example_inputs: Sequence[Any],
+) -> contextlib.AbstractContextManager[None]:
+    """How an inference graph's attention is lowered. On CPU it stays one op
+    (``_scaled_dot_product_flash_attention_for_cpu``, which ONNX Runtime's attention
+    fusions recognise). On other devices PyTorch picks a fused kernel whose translation
+    fails (CUDA's efficient attention without logsumexp) or is missing (cuDNN's): BERT on
+    an H200 was 13 partitions with attention in PyTorch. There attention is lowered as
+    its math (:func:`_torch_private.attention_as_math`), all of it translatable."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if all(t.device.type == "cpu" for t in tensors):
+        return contextlib.nullcontext()
+    return _torch_private.attention_as_math()
 
 
 def compile(

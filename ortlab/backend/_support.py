@@ -158,6 +158,18 @@ def used_outputs(node: torch.fx.Node) -> tuple[int, ...] | None:
     )
 
 
+def _read_outputs(node: torch.fx.Node) -> Any:
+    """The node's value (``meta["val"]``); of a multi-output node, the outputs the graph
+    reads, when it reads some: the others are never handed to anyone (CUDA's flash
+    attention also returns its longest sequence lengths as integers and its RNG state as
+    uint64)."""
+    value = node.meta["val"]
+    used = used_outputs(node)
+    if used and all(i < len(value) for i in used):
+        return [value[i] for i in used]
+    return value
+
+
 _ASSERTIONS = frozenset(
     {
         torch.ops.aten._assert_scalar.default,
@@ -231,8 +243,9 @@ def _tensor_to_python(node: torch.fx.Node, facts: Facts) -> Decision | None:
 
 
 def _python_scalar(node: torch.fx.Node, facts: Facts) -> Decision | None:
-    """A node whose result is not a tensor (``SymInt`` size arithmetic) stays in Python."""
-    value = node.meta["val"]
+    """A node whose result is not a tensor (``SymInt`` size arithmetic) stays in Python;
+    a multi-output node is judged by the outputs the graph reads."""
+    value = _read_outputs(node)
     if not _is_tensor_result(value):
         return Decision(
             False,
@@ -285,7 +298,7 @@ def _in_place(node: torch.fx.Node, facts: Facts) -> Decision | None:
 def _unsupported_dtype(node: torch.fx.Node, facts: Facts) -> Decision | None:
     """A value of a dtype that cannot cross into ONNX Runtime (complex, float8...; see
     ``_dtypes.DTYPES``)."""
-    for arg in (*node.args, *node.kwargs.values(), node.meta["val"]):
+    for arg in (*node.args, *node.kwargs.values(), _read_outputs(node)):
         args = arg if isinstance(arg, (list, tuple)) else (arg,)
         for a in args:
             meta = a.meta.get("val") if isinstance(a, torch.fx.Node) else a

@@ -864,20 +864,25 @@ def compile_with_dynamo(
     isolate_recompiles=True)``; with ``specialize_floats``, Dynamo traces every frame of
     the result with ``specialize_float=True`` (the rest of the process keeps its own
     config)."""
+    isolation = {"isolate_recompiles": True} if isolates_recompiles() else {}
     if not specialize_floats:
         return torch.compile(  # type: ignore[call-overload]
-            model,
-            backend=backend,
-            dynamic=dynamic,
-            fullgraph=fullgraph,
-            isolate_recompiles=True,
+            model, backend=backend, dynamic=dynamic, fullgraph=fullgraph, **isolation
         )
     return torch._dynamo.optimize(
         backend=_BackendWithTracingConfig(backend, {"specialize_float": True}),
         nopython=fullgraph,
         dynamic=dynamic,
-        isolate_recompiles=True,
+        **isolation,
     )(model)
+
+
+@functools.cache
+def isolates_recompiles() -> bool:
+    """Whether this torch's ``torch.compile`` takes ``isolate_recompiles`` (2.13 does,
+    2.11 does not): each compile then has its own Dynamo cache entries and recompile
+    limit. Without it, compiles of one code object share the limit."""
+    return "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
 @functools.cache
