@@ -320,3 +320,135 @@ def test_embedding_bag_model_trains_as_in_eager():
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q)
     assert_all_in_onnx_runtime(backend)
+
+
+# -- found by training and inference workflows against eager (third round) ---------------
+
+
+def _compiled_step(fn, *inputs):
+    """``fn`` compiled and eager on copies of ``inputs`` (those that are floating point
+    require grad): outputs and input gradients of both, and the backend."""
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(fn, backend=backend, dynamic=False)
+    results = []
+    for run in (compiled, fn):
+        leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+        out = run(*leaves)
+        out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape))
+        results.append((out.detach(), [x.grad for x in leaves if x.is_floating_point()]))
+    return results, backend
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda w, u, b: torch.mv(w.t(), u),
+        lambda w, u, b: w.t() @ u,
+        lambda w, u, b: torch.addmv(b, w.t(), u, beta=0.5, alpha=2.0),
+    ],
+    ids=["mv", "matmul", "addmv"],
+)
+def test_a_transposed_matrix_times_a_vector_is_eagers_in_onnx_runtime(fn):
+    """ONNX Runtime's MatmulTransposeFusion computed FusedMatMul(transA) with a 1-D
+    input as W.reshape(n, m) @ v (off by 4 on outputs of 6): spectral norm's power
+    iteration trained wrong."""
+    torch.manual_seed(0)
+    (got, expected), backend = _compiled_step(
+        fn, torch.randn(6, 4), torch.randn(6), torch.randn(4)
+    )
+    torch.testing.assert_close(got, expected)
+    assert_all_in_onnx_runtime(backend)
+
+
+def test_spectral_norm_trains_as_in_eager():
+    torch.manual_seed(0)
+    layer = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(6, 4))
+    reference = copy.deepcopy(layer)
+    x = torch.randn(3, 6)
+    backend = ortlab.OrtBackend()
+    torch.compile(layer, backend=backend)(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    assert_gradients_match(layer, reference)
+    for name, buffer in reference.named_buffers():
+        torch.testing.assert_close(dict(layer.named_buffers())[name], buffer, msg=name)
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: F.relu6(x), lambda x: F.hardtanh(x, -1.0, 1.0)],
+    ids=["relu6", "hardtanh"],
+)
+def test_clipping_activations_pass_no_gradient_at_their_bounds(fn):
+    """PyTorch passes the gradient strictly inside the bounds; the translation of
+    hardtanh_backward passed it at them too."""
+    x = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 6.0, 7.0])
+    (got, expected), backend = _compiled_step(fn, x)
+    torch.testing.assert_close(got, expected)
+    assert_all_in_onnx_runtime(backend)
+
+
+def test_signbit_and_copysign_see_negative_zero():
+    """signbit was translated as x < 0 (false for -0.0), and copysign went through
+    prims.signbit, whose fake tensor is float32 while the real one is bool: ONNX Runtime
+    read the bool buffer as float32."""
+
+    def f(x, y):
+        return torch.copysign(x, y), torch.signbit(y), torch.where(torch.signbit(y), x, -x)
+
+    x = torch.tensor([1.0, 2.0, -3.0, 4.0, 5.0])
+    y = torch.tensor([-0.0, 0.0, -1.0, 2.0, float("-inf")])
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(f, backend=backend, dynamic=False)(x, y)
+    for g, e in zip(got, f(x, y)):
+        assert torch.equal(g, e), (g, e)
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, i, s: F.avg_pool2d(x, 2, divisor_override=1),
+        lambda x, i, s: F.avg_pool2d(x, 3, 2, 1, divisor_override=2),
+        lambda x, i, s: x.flatten().scatter_reduce(0, i, s, "mean", include_self=False),
+        lambda x, i, s: x.flatten().scatter_reduce(0, i, s, "mean").double(),
+    ],
+    ids=["avg_pool2d-divisor", "avg_pool2d-divisor-padded", "mean", "mean-self"],
+)
+def test_translations_known_wrong_for_some_arguments_run_in_pytorch(fn):
+    """avg_pool2d's translation ignores divisor_override; scatter_reduce's keeps the
+    last value written at a repeated index instead of the mean. Those nodes run in
+    PyTorch (rule wrong-translation), the rest in ONNX Runtime."""
+    x = torch.arange(16.0).reshape(1, 1, 4, 4)
+    index, src = torch.tensor([1, 1, 3, 3, 3]), torch.tensor([4.0, -2.0, 1.0, 2.0, 6.0])
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend, dynamic=False)(x, index, src)
+    torch.testing.assert_close(got, fn(x, index, src))
+    (graph,) = backend.graphs
+    assert {graph.verdict(n).rule for n in graph.eager_node_names} == {"wrong-translation"}
+
+
+def test_a_value_made_in_pytorch_with_another_dtype_than_its_fake_is_not_misread():
+    """ONNX Runtime reads an input's memory as the session's declared dtype. A value
+    computed in PyTorch between partitions whose fake tensor lies about its dtype (as
+    prims.signbit's did) runs the partition in PyTorch for that call, with a warning."""
+
+    @torch.library.custom_op("ortlab_tests::negative_mask", mutates_args=())
+    def negative_mask(x: torch.Tensor) -> torch.Tensor:
+        return x < 0
+
+    @negative_mask.register_fake
+    def _(x):
+        return torch.empty_like(x)  # says float32: the real result is bool
+
+    def f(x):
+        return (negative_mask(x.sin()) * 2.0).cos()
+
+    x = torch.randn(1000)
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(f, backend=backend, dynamic=False)
+    with torch.no_grad(), pytest.warns(ortlab.FallbackWarning, match="torch.bool"):
+        got = compiled(x)
+    torch.testing.assert_close(got, f(x))

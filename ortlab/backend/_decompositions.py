@@ -1,5 +1,6 @@
-"""ortlab's own decompositions, for ops of backward graphs that have no ONNX translation:
-written in ATen ops that torchlib translates, and added to the lowerings' table.
+"""ortlab's own decompositions, for ops of backward graphs that have no ONNX translation,
+and for ops whose translation gives wrong numbers: written in ATen ops that torchlib
+translates right, and added to the lowerings' table.
 
 # NOTE: ``aten.convolution_backward`` has neither a translation nor a decomposition in
 # torch, so every convolution of a CNN's backward graph ran in PyTorch, cutting it into a
@@ -38,6 +39,19 @@ written in ATen ops that torchlib translates, and added to the lowerings' table.
 # convolution) is written out as ATen computes it, with ``n`` the saved norms:
 # ``grad_g = sum(grad_w * v) / n`` over every dim but ``dim`` (all of them for -1),
 # ``grad_v = (g / n) * (grad_w - v * grad_g / n)``.
+#
+# Wrong translations, each found by running a training workflow against eager:
+# - ``aten.mv`` on a transposed matrix (``W.t() @ v``: spectral norm's power iteration)
+#   is translated right, as Transpose + MatMul, but ONNX Runtime's MatmulTransposeFusion
+#   turns that into a FusedMatMul(transA=1) with a 1-D second input, which it computes
+#   as ``W.reshape(n, m) @ v`` (off by 4 on outputs of 6; spectral_norm's weight
+#   gradient by 18.7). As ``mm`` of the vector as a column, the fused op is right.
+# - ``aten.hardtanh_backward`` (ReLU6's too) passes the gradient at the clip bounds,
+#   where ATen passes it strictly inside them only.
+# - ``aten.signbit`` is ``x < 0``: false for -0.0. ``aten.copysign`` decomposes to
+#   ``prims.signbit``, whose fake tensor is float32 while the real one is bool (ONNX
+#   Runtime read the bool buffer as float32). Both are written with ``1 / x < 0`` for
+#   zeros; a NaN's sign bit is not seen (PyTorch reads it).
 #
 # ``aten.as_strided_scatter`` (functionalization's form of writing through a strided
 # view; Swin's backward) became ``prims.as_strided_scatter``, which has no translation.
@@ -342,6 +356,56 @@ def _expand(value: Sequence[int], count: int) -> list[int]:
     return values * count if len(values) == 1 else values
 
 
+def mv(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+    return aten.squeeze.dim(aten.mm.default(matrix, aten.unsqueeze.default(vector, 1)), 1)
+
+
+def addmv(
+    input: torch.Tensor,
+    matrix: torch.Tensor,
+    vector: torch.Tensor,
+    *,
+    beta: float = 1,
+    alpha: float = 1,
+) -> torch.Tensor:
+    product = mv(matrix, vector)
+    if alpha != 1:
+        product = aten.mul.Scalar(product, alpha)
+    if beta == 0:  # ATen ignores input then, NaN included
+        return product
+    return aten.add.Tensor(aten.mul.Scalar(input, beta) if beta != 1 else input, product)
+
+
+def hardtanh_backward(
+    grad_output: torch.Tensor, input: torch.Tensor, min_val: float, max_val: float
+) -> torch.Tensor:
+    outside = aten.logical_or.default(
+        aten.le.Scalar(input, min_val), aten.ge.Scalar(input, max_val)
+    )
+    return aten.where.self(outside, aten.zeros_like.default(grad_output), grad_output)
+
+
+def signbit(input: torch.Tensor) -> torch.Tensor:
+    if not input.is_floating_point():
+        return aten.lt.Scalar(input, 0)
+    negative_zero = aten.logical_and.default(
+        aten.eq.Scalar(input, 0), aten.lt.Scalar(aten.reciprocal.default(input), 0)
+    )
+    return aten.logical_or.default(aten.lt.Scalar(input, 0), negative_zero)
+
+
+def copysign(input: torch.Tensor, other: torch.Tensor) -> Any:
+    if not input.is_floating_point() or not other.is_floating_point():
+        return NotImplemented  # integer inputs promote: PyTorch's own path
+    magnitude = aten.abs.default(input)
+    result = aten.where.self(signbit(other), aten.neg.default(magnitude), magnitude)
+    return (
+        aten._to_copy.default(result, dtype=torch.result_type(input, other))
+        if result.dtype != torch.result_type(input, other)
+        else result
+    )
+
+
 def table() -> dict[Any, Any]:
     """ortlab's decompositions, by op."""
     return {
@@ -349,4 +413,9 @@ def table() -> dict[Any, Any]:
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
         aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
         aten.as_strided_scatter.default: as_strided_scatter,
+        aten.mv.default: mv,
+        aten.addmv.default: addmv,
+        aten.hardtanh_backward.default: hardtanh_backward,
+        aten.signbit.default: signbit,
+        aten.copysign.Tensor: copysign,
     }

@@ -498,6 +498,15 @@ class OrtRunner:
         for slot, spec, plain in self._plan:
             arg = args[slot]
             if plain:
+                # ONNX Runtime reads the memory as the declared type. Dynamo's guards
+                # hold graph inputs to it, but a value made in PyTorch between
+                # partitions can differ from its fake tensor (prims.signbit: float32
+                # fake, bool real), and would be read out of bounds.
+                if arg.dtype is not spec.dtype:
+                    raise TypeError(
+                        f"partition input {slot} is {arg.dtype}, but the session was built "
+                        f"for {spec.dtype} (its fake tensor's dtype)"
+                    )
                 tensors.append(arg if arg.is_contiguous() else arg.contiguous())
             else:
                 tensors.append(spec.convert(arg))

@@ -308,6 +308,35 @@ def _unsupported_dtype(node: torch.fx.Node, facts: Facts) -> Decision | None:
     return None
 
 
+_WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
+    torch.ops.aten.avg_pool2d.default: (
+        lambda node: _schema_arg(node, "divisor_override") is not None,
+        "its translation ignores divisor_override (divides by the window's size)",
+    ),
+    torch.ops.aten.avg_pool3d.default: (
+        lambda node: _schema_arg(node, "divisor_override") is not None,
+        "its translation ignores divisor_override (divides by the window's size)",
+    ),
+    torch.ops.aten.scatter_reduce.two: (
+        lambda node: _schema_arg(node, "reduce") == "mean",
+        "its translation keeps the last value written at a repeated index, not the mean",
+    ),
+}
+"""Translations known to give wrong numbers for some arguments, found by running
+workflows against eager (the conformance samples missed these arguments or dtypes):
+``op -> (applies(node), what is wrong)``."""
+
+
+def _wrong_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """The op's translation is known to be wrong for these arguments
+    (:data:`_WRONG_TRANSLATIONS`): it runs in PyTorch, whatever the conformance table
+    says."""
+    known = _WRONG_TRANSLATIONS.get(node.target)
+    if known is None or not known[0](node):
+        return None
+    return Decision(False, f"{known[1]}; it runs in PyTorch")
+
+
 def _random(node: torch.fx.Node, facts: Facts) -> Decision | None:
     """Random ops (``Tag.nondeterministic_seeded``) stay in PyTorch, whose RNG ONNX
     Runtime does not reproduce; attention (``scaled_dot_product_*``) carries the tag but is
@@ -499,6 +528,7 @@ RULES: tuple[Rule, ...] = (
     Rule("no-translation", _no_translation),
     Rule("custom-translation", _custom_translation),
     Rule("placeholder-outputs", _placeholder_outputs),
+    Rule("wrong-translation", _wrong_translation),
     Rule("disagrees-with-pytorch", _disagrees_with_pytorch),
     Rule("verified", _verified),
     Rule("translated", _translated),
