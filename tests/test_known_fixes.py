@@ -452,3 +452,16 @@ def test_a_value_made_in_pytorch_with_another_dtype_than_its_fake_is_not_misread
     with torch.no_grad(), pytest.warns(ortlab.FallbackWarning, match="torch.bool"):
         got = compiled(x)
     torch.testing.assert_close(got, f(x))
+
+
+def test_arange_with_a_fractional_end_keeps_pytorchs_dtype():
+    """PyTorch infers arange's dtype from every bound (float32 here); the translation
+    from the start alone (int64 [1, 2])."""
+    f = lambda x: torch.arange(1, 2.5) * x  # noqa: E731
+    backend = ortlab.OrtBackend()
+    x = torch.tensor([0.5, 3.0])
+    with torch.no_grad():
+        got = torch.compile(f, backend=backend, dynamic=False)(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, f(x))
+    assert_all_in_onnx_runtime(backend)

@@ -102,7 +102,8 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The graph with every rewrite of this module applied: a rewritten copy, or
     ``graph_module`` itself when no rewrite applies (it is never modified).
 
-    Rewrites: grouped-query attention gets its key/value heads repeated
+    Rewrites: ``arange`` gets its result's dtype (:func:`explicit_arange_dtypes`);
+    grouped-query attention gets its key/value heads repeated
     (:func:`expand_kv_heads`); attention rows whose mask hides every key are 0, as
     PyTorch computes them (:func:`zero_fully_masked_rows`); ``as_strided`` on a view
     reads the base the view shares its storage with (:func:`rebase_as_strided`);
@@ -112,18 +113,56 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph = graph_module.graph
     if not (
         any(
-            _gqa_attention(n) or _masked_attention(n) is not None or _bags_only(n)
+            _gqa_attention(n)
+            or _masked_attention(n) is not None
+            or _bags_only(n)
+            or _implicit_arange_dtype(n)
             for n in graph.nodes
         )
         or any(_rebasable(graph))
     ):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
+    explicit_arange_dtypes(rewritten)
     expand_kv_heads(rewritten)
     zero_fully_masked_rows(rewritten)
     rebase_as_strided(rewritten)
     embedding_bags_as_composite(rewritten)
     return rewritten
+
+
+# -- arange's dtype -------------------------------------------------------------------------
+
+_ARANGES = frozenset(
+    {
+        torch.ops.aten.arange.default,
+        torch.ops.aten.arange.start,
+        torch.ops.aten.arange.start_step,
+    }
+)
+
+
+def _implicit_arange_dtype(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target in _ARANGES
+        and node.kwargs.get("dtype") is None
+        and isinstance(node.meta.get("val"), torch.Tensor)
+    )
+
+
+def explicit_arange_dtypes(graph_module: torch.fx.GraphModule) -> int:
+    """Gives every ``arange`` without a ``dtype`` its result's, in place; returns how
+    many changed. PyTorch infers it from all the bounds (``arange(1, 2.5)`` is float32),
+    torchlib's translation from the start alone (it made int64 ``[1, 2]``)."""
+    changed = 0
+    for node in graph_module.graph.nodes:
+        if _implicit_arange_dtype(node):
+            node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+            changed += 1
+    if changed:
+        graph_module.recompile()
+    return changed
 
 
 # -- grouped-query attention --------------------------------------------------------------
