@@ -465,3 +465,49 @@ def test_arange_with_a_fractional_end_keeps_pytorchs_dtype():
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, f(x))
     assert_all_in_onnx_runtime(backend)
+
+
+def test_segment_anything_with_masked_attention_runs_in_onnx_runtime():
+    """SAM's attention output goes through views after a permute. The masked-row guard
+    changed the strides those views were traced on: the partition's export failed, and
+    running it in PyTorch raised "view size is not compatible" out of torch.compile."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.SamConfig(
+        vision_config=dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            mlp_dim=64,
+            image_size=64,
+            patch_size=8,
+            output_channels=16,
+            window_size=4,
+            global_attn_indexes=[1],
+            num_pos_feats=8,
+        ),
+        prompt_encoder_config=dict(
+            hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4
+        ),
+        mask_decoder_config=dict(
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            mlp_dim=32,
+            iou_head_hidden_dim=16,
+        ),
+    )
+    torch.manual_seed(1)
+    model = transformers.SamModel(config).eval()
+    inputs = dict(
+        pixel_values=torch.randn(1, 3, 64, 64),
+        input_points=torch.tensor([[[[10.0, 20.0], [40.0, 30.0]]]]),
+        input_labels=torch.tensor([[[1, 0]]]),
+        multimask_output=False,
+    )
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(**inputs).pred_masks
+        expected = model(**inputs).pred_masks
+    torch.testing.assert_close(got, expected)
+    for graph in backend.graphs:
+        assert all(p.error is None for p in graph.partitions), graph.partitions

@@ -303,11 +303,51 @@ def zero_fully_masked_rows(graph_module: torch.fx.GraphModule) -> int:
                 guarded = add_node(graph, node, aten.masked_fill.Scalar, (site, row, 0.0))
             for user in users:
                 user.replace_input_with(site, guarded)
+            _reshape_views_after(guarded)
         changed += 1
     if changed:
         graph.lint()
         graph_module.recompile()
     return changed
+
+
+_LAYOUT_FOLLOWERS = frozenset(
+    {
+        torch.ops.aten.view.default,
+        torch.ops.aten._unsafe_view.default,
+        torch.ops.aten.reshape.default,
+        torch.ops.aten.permute.default,
+        torch.ops.aten.transpose.int,
+        torch.ops.aten.unsqueeze.default,
+        torch.ops.aten.squeeze.dim,
+        torch.ops.aten.expand.default,
+        torch.ops.aten.slice.Tensor,
+        torch.ops.aten.select.int,
+        torch.ops.aten.alias.default,
+    }
+)
+
+
+def _reshape_views_after(guarded: torch.fx.Node) -> None:
+    """Turns the ``view``s downstream of a guard (through view-like ops) into reshapes.
+    The graph's views were traced on the attention output's strides; the guard's
+    result can have others in PyTorch (SAM's windowed attention: ``view`` after a
+    permute raised "view size is not compatible", out of ``torch.compile`` when the
+    partition ran in PyTorch). A reshape views where it can and copies where it must;
+    in ONNX both are the same Reshape."""
+    aten = torch.ops.aten
+    stack, seen = [guarded], set()
+    while stack:
+        node = stack.pop()
+        for user in node.users:
+            if user in seen or user.op != "call_function":
+                continue
+            seen.add(user)
+            if user.target not in _LAYOUT_FOLLOWERS:
+                continue
+            if user.target in (aten.view.default, aten._unsafe_view.default):
+                user.target = aten.reshape.default
+            stack.append(user)
 
 
 _RESHAPES = frozenset(
