@@ -199,6 +199,7 @@ class OrtBackend:
         kind: records.GraphKind = "inference",
         check_requires_grad: bool = False,
         keep_input_aliases: bool = False,
+        alias_outputs: range | None = None,
         lowering: records.Lowering = "aot_autograd",
         lower_seconds: float | None = None,
         origin_fields: Mapping[str, Any] | None = None,
@@ -211,8 +212,13 @@ class OrtBackend:
             check_requires_grad: Run partitions eagerly when an input requires grad and
                 grad mode is on (graphs lowered without AOTAutograd).
             keep_input_aliases: Keep view chains from graph inputs to graph outputs in
-                PyTorch, so those outputs still alias their inputs (AOTAutograd does this
-                itself; graphs lowered without it need it).
+                PyTorch, so those outputs still alias their inputs with the input's
+                strides and offset (graphs lowered without AOTAutograd need it, and so do
+                AOTAutograd's forward graphs: it regenerates such outputs with
+                ``as_strided`` from the compiled output's strides under dynamic shapes).
+            alias_outputs: The output positions that ``keep_input_aliases`` applies to
+                (``None``: all; AOTAutograd's user outputs, not the tensors it saves for
+                the backward, such as a weight's transpose).
             lowering: How the graph was lowered to ATen (for the records).
             lower_seconds: How long that took (``timings["lower"]``), when known.
             origin_fields: ``GraphRecord`` fields saying where the graph came from.
@@ -236,7 +242,11 @@ class OrtBackend:
             _support.Facts(
                 registry=context.registry,
                 excluded_ops=tuple(self._options.excluded_ops),
-                input_aliases=_support.input_alias_outputs(work) if keep_input_aliases else {},
+                input_aliases=(
+                    _support.input_alias_outputs(work, alias_outputs)
+                    if keep_input_aliases
+                    else {}
+                ),
                 storage_readers=_rewrites.storage_readers_kept_in_pytorch(work),
                 min_partition_size=self._options.min_partition_size,
                 custom_ops=frozenset(op for op, _ in self._options.custom_translations or ()),
@@ -530,6 +540,11 @@ class OrtBackend:
                 graph_module,
                 example_inputs,
                 kind=kind,
+                # AOTAutograd rebuilds a user output that aliases an input from the
+                # compiled output's size/stride/offset (as_strided) when it cannot replay
+                # the views (symbolic sizes): the view must be PyTorch's, not ORT's copy.
+                keep_input_aliases=kind != "backward",
+                alias_outputs=_torch_private.aot_user_outputs(),
                 lower_seconds=lower_seconds,
                 origin_fields=origin.graph_fields(graph_module, kind),
                 timings=origin.first_timings(),

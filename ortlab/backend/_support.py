@@ -272,7 +272,9 @@ def _output_selection(node: torch.fx.Node, facts: Facts) -> Decision | None:
 def _input_alias_output(node: torch.fx.Node, facts: Facts) -> Decision | None:
     """A view chain from a graph input to a graph output stays in PyTorch, so that the
     output shares the input's memory as in eager (ONNX Runtime returns new tensors).
-    Only for graphs lowered without AOTAutograd, which handles aliases itself."""
+    For graphs lowered without AOTAutograd, and for AOTAutograd's forward graphs: it
+    rebuilds such outputs from the compiled output's strides (``as_strided``) when it cannot
+    replay the views, as with symbolic sizes."""
     reason = facts.input_aliases.get(node.name)
     return None if reason is None else Decision(False, reason)
 
@@ -675,9 +677,12 @@ def _returns_alias(target: Any) -> bool:
     return bool(target.is_view or (returns and returns[0].alias_info is not None))
 
 
-def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
-    """View chains from a graph input to a graph output, which must stay in PyTorch so the
-    output keeps aliasing the input (ORT would return a copy).
+def input_alias_outputs(
+    gm: torch.fx.GraphModule, outputs: range | None = None
+) -> dict[str, str]:
+    """View chains from a graph input to a graph output (those at ``outputs``' positions;
+    ``None``: every output), which must stay in PyTorch so the output keeps aliasing the
+    input (ORT would return a copy).
 
     ::
 
@@ -689,13 +694,22 @@ def input_alias_outputs(gm: torch.fx.GraphModule) -> dict[str, str]:
             aliases.add(node)
         elif (
             node.op == "call_function"
-            and _returns_alias(node.target)
+            # getitem picks one view out of a multi-output view op (split, unbind)
+            and (_returns_alias(node.target) or node.target is operator.getitem)
             and node.args
             and node.args[0] in aliases
         ):
             aliases.add(node)
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    pending = [a for a in output.all_input_nodes if a in aliases and a.op == "call_function"]
+    returned = torch.fx.node.map_arg(output.args[0], lambda n: n)
+    values = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    if outputs is not None:
+        values = [v for i, v in enumerate(values) if i in outputs]
+    pending = [
+        a
+        for a in values
+        if isinstance(a, torch.fx.Node) and a in aliases and a.op == "call_function"
+    ]
     forced: dict[str, str] = {}
     while pending:
         node = pending.pop()

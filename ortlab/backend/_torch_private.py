@@ -885,6 +885,21 @@ def isolates_recompiles() -> bool:
     return "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
+def aot_user_outputs() -> range | None:
+    """While AOTAutograd compiles a forward or inference graph, the positions of the
+    graph's outputs that the user's function returns (after effect tokens and mutated
+    inputs; before intermediate bases and the tensors saved for the backward). ``None``
+    outside such a compile."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None) if context is not None else None
+    if meta is None:
+        return None
+    start = len(meta.tokens) + meta.num_mutated_inp_runtime_indices
+    return range(start, start + meta.num_outputs)
+
+
 @functools.cache
 def dynamo_signals() -> tuple[type[BaseException], ...]:
     """Exceptions that are Dynamo's control flow, not failures: raised from inside a

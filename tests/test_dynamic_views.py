@@ -1,0 +1,57 @@
+"""Views of a graph input returned with size arithmetic under dynamic shapes.
+
+AOTAutograd (grad-enabled calls) rebuilds an output aliasing an input with as_strided from
+the compiled output's strides when its views have symbolic inputs; ONNX Runtime's output
+was a contiguous copy, so the result read the wrong elements (or, for expand, raised).
+Such views stay in PyTorch, on both lowerings."""
+
+import contextlib
+
+import pytest
+import torch
+
+import ortlab
+
+CASES = {
+    "slice_sub": lambda x: x[:, 1 : x.shape[1] - 1],
+    "slice_floordiv": lambda x: x[:, : x.shape[1] // 2],
+    "narrow": lambda x: x.narrow(1, 1, x.shape[1] - 2),
+    "split_uneven": lambda x: torch.split(x, [1, x.shape[1] - 1], 1),
+    "chunk": lambda x: x.chunk(2, 1),
+    "expand": lambda x: x[None].expand(x.shape[0] + 1, -1, -1),
+}
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "grad", "requires_grad"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_view_of_an_input_with_symbolic_sizes_is_eagers_view(name, grad):
+    torch._dynamo.reset()
+    fn = CASES[name]
+    compiled = ortlab.compile(fn, dynamic=True)
+    ctx = torch.no_grad() if grad == "no_grad" else contextlib.nullcontext()
+    for shape in [(4, 6), (3, 8)]:
+        x = torch.arange(float(shape[0] * shape[1])).reshape(shape)
+        x.requires_grad_(grad == "requires_grad")
+        with ctx:
+            expected, got = fn(x), compiled(x)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(expected)
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g.detach(), e.detach(), rtol=0, atol=0)
+            assert g.stride() == e.stride()
+            assert g.storage_offset() == e.storage_offset()
+            assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_views_of_inputs_saved_for_the_backward_stay_in_onnx_runtime():
+    """Only the user's outputs are kept as views: a view of an input that AOTAutograd
+    saves for the backward (here x[:, 1:], for w's gradient) is an output of the forward
+    graph too, and stays in the ONNX Runtime partition."""
+    w = torch.randn(3, requires_grad=True)
+    compiled = ortlab.compile(lambda x: (x[:, 1:] * w).sum(), dynamic=True)
+    x = torch.randn(4, 4)
+    compiled(x).backward()
+    torch.testing.assert_close(w.grad, x[:, 1:].sum(0))
+    forward = compiled.ortlab_backend.graphs[0]
+    assert forward.kind == "forward" and not forward.eager_node_names
