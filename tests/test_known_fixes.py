@@ -511,3 +511,27 @@ def test_segment_anything_with_masked_attention_runs_in_onnx_runtime():
     torch.testing.assert_close(got, expected)
     for graph in backend.graphs:
         assert all(p.error is None for p in graph.partitions), graph.partitions
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.clamp(max=1.0),
+        lambda x: x.clamp(min=0.0),
+        lambda x: torch.clamp_min(x, 0.5),
+        lambda x: F.relu6(x).clamp(min=-1.0) * x.clamp(-1.0, 1.0),
+    ],
+    ids=["max", "min", "clamp_min", "mixed"],
+)
+def test_a_one_sided_clamp_keeps_infinities_and_its_gradient_at_the_bound(fn):
+    """ONNX Runtime's Clip takes a missing bound as the largest finite float: -inf came
+    out as -3.4e38."""
+    x = torch.tensor([float("-inf"), -2.0, 0.0, 0.5, 1.0, 3.0, float("inf"), float("nan")])
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend, dynamic=False)(x)
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
+    finite = torch.tensor([-2.0, 0.0, 0.5, 1.0, 3.0])  # 0.0, 0.5 and 1.0 are bounds
+    (out, grads), (expected_out, expected_grads) = _compiled_step(fn, finite)[0]
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(grads, expected_grads)

@@ -52,6 +52,9 @@ translates right, and added to the lowerings' table.
 #   ``prims.signbit``, whose fake tensor is float32 while the real one is bool (ONNX
 #   Runtime read the bool buffer as float32). Both are written with ``1 / x < 0`` for
 #   zeros; a NaN's sign bit is not seen (PyTorch reads it).
+# - A one-sided ``clamp`` (``clamp_min``, ``clamp_max``) is a Clip whose missing bound
+#   ONNX Runtime takes as the largest finite float: -inf came out as -3.4e38. As
+#   ``maximum``/``minimum`` with the bound, infinities and NaN pass as in PyTorch.
 #
 # ``aten.as_strided_scatter`` (functionalization's form of writing through a strided
 # view; Swin's backward) became ``prims.as_strided_scatter``, which has no translation.
@@ -406,6 +409,28 @@ def copysign(input: torch.Tensor, other: torch.Tensor) -> Any:
     )
 
 
+def clamp(input: torch.Tensor, min: Any = None, max: Any = None) -> Any:
+    if not input.is_floating_point() or (min is None) == (max is None):
+        return NotImplemented  # both bounds: Clip is right; integers have no infinities
+    if min is not None:
+        return clamp_min(input, min)
+    return clamp_max(input, max)
+
+
+def clamp_min(input: torch.Tensor, min: Any) -> Any:
+    if not input.is_floating_point() or isinstance(min, torch.Tensor):
+        return NotImplemented
+    bound = aten.scalar_tensor.default(min, dtype=input.dtype, device=input.device)
+    return aten.maximum.default(input, bound)
+
+
+def clamp_max(input: torch.Tensor, max: Any) -> Any:
+    if not input.is_floating_point() or isinstance(max, torch.Tensor):
+        return NotImplemented
+    bound = aten.scalar_tensor.default(max, dtype=input.dtype, device=input.device)
+    return aten.minimum.default(input, bound)
+
+
 def table() -> dict[Any, Any]:
     """ortlab's decompositions, by op."""
     return {
@@ -418,4 +443,7 @@ def table() -> dict[Any, Any]:
         aten.hardtanh_backward.default: hardtanh_backward,
         aten.signbit.default: signbit,
         aten.copysign.Tensor: copysign,
+        aten.clamp.default: clamp,
+        aten.clamp_min.default: clamp_min,
+        aten.clamp_max.default: clamp_max,
     }
