@@ -4,6 +4,8 @@ backward graphs that hold them run in ONNX Runtime whole."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -317,3 +319,71 @@ def test_a_pooling_cnn_trains_under_bfloat16_autocast_in_onnx_runtime():
         torch.compile(model, backend=backend)(x).float().square().mean().backward()
     assert {g.kind for g in backend.graphs} == {"forward", "backward"}
     assert all(g.error is None and not g.eager_node_names for g in backend.graphs)
+
+
+# -- diagonal_scatter (the backward of diagonal and trace) ---------------------------------
+
+
+class _Gram(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.l(x)
+        return (h @ h.t()).diagonal().tanh().sum() + torch.trace(h @ h.t())
+
+
+class _DiagonalOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(2, 4, 3))
+
+    def forward(self, x):
+        return torch.diagonal(x * self.p, -1, 2, 1)  # an output view, dims out of order
+
+
+@pytest.mark.parametrize("cls,shape", [(_Gram, (3, 4)), (_DiagonalOut, (2, 4, 3))])
+def test_diagonal_and_trace_train_in_onnx_runtime(cls, shape):
+    torch.manual_seed(0)
+    model = cls()
+    torch.manual_seed(0)
+    reference = cls()
+    x = torch.randn(shape)
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    compiled(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert [g.kind for g in backend.graphs] == ["forward", "backward"]
+    for g in backend.graphs:
+        assert g.error is None and g.lowering == "aot_autograd"
+        assert g.eager_node_names == () and len(g.partitions) == 1
+
+
+def test_a_write_into_a_diagonal_is_right_without_grad():
+    def f(x):
+        y = x * 2
+        y.diagonal(1).mul_(3)
+        return torch.diagonal_scatter(y, x.diagonal() + 7)
+
+    x = torch.arange(12.0).reshape(3, 4)
+    with torch.no_grad():
+        got = torch.compile(f, backend=ortlab.OrtBackend())(x)
+        torch.testing.assert_close(got, f(x), rtol=0, atol=0)
+
+
+def test_diagonal_scatter_decomposed_matches_aten():
+    torch.manual_seed(0)
+    for shape in [(3, 4), (4, 3), (5, 5), (2, 3, 4), (1, 1)]:
+        rank = len(shape)
+        for d1, d2 in itertools.permutations(range(-rank, rank), 2):
+            if d1 % rank == d2 % rank:
+                continue
+            for offset in range(-5, 6):
+                x = torch.randn(shape, dtype=torch.float64)
+                src = torch.randn(x.diagonal(offset, d1, d2).shape, dtype=torch.float64)
+                expected = torch.diagonal_scatter(x, src, offset, d1, d2)
+                got = _decompositions.diagonal_scatter(x, src, offset, d1, d2)
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)

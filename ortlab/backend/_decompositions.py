@@ -63,6 +63,14 @@ translates right, and added to the lowerings' table.
 # values in order, so that is an ``index_put`` of ``src``'s values at those positions
 # of the flattened input. Anything else (a strided or offset input, positions that
 # overlap, symbolic sizes) keeps the op.
+#
+# ``aten.diagonal_scatter`` (the backward of ``diagonal`` and ``trace``, through
+# ``diagonal_backward``; functionalization's form of a write into a diagonal) has no
+# translation, and torch's reference writes ``src`` into a diagonal view of a clone with
+# ``prims.copy_to``: a mutation, traced after functionalization, which AOTAutograd
+# rejects ("expected to have an entirely functional graph"), so the whole training graph
+# ran in PyTorch. It is a ``where`` over the diagonal's positions (``j - i == offset``
+# along ``dim1``, ``dim2``) of ``src``'s values gathered there.
 """
 
 from __future__ import annotations
@@ -343,6 +351,42 @@ def as_strided_scatter(
     return aten.view.default(written, list(input.shape))
 
 
+def diagonal_scatter(
+    input: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1
+) -> Any:
+    """``aten.diagonal_scatter`` as a ``where`` (see the module's NOTE)."""
+    rank = input.dim()
+    if rank < 2:
+        return NotImplemented
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    if dim1 == dim2 or src.dim() != rank - 1:
+        return NotImplemented
+    device = input.device
+    rows = aten.arange.default(input.shape[dim1], dtype=torch.int64, device=device)
+    cols = aten.arange.default(input.shape[dim2], dtype=torch.int64, device=device)
+    rows, cols = aten.unsqueeze.default(rows, 1), aten.unsqueeze.default(cols, 0)
+    on_diagonal = aten.eq.Scalar(aten.sub.Tensor(cols, rows), offset)  # [n1, n2]
+    length = src.shape[-1]
+    if length == 0:
+        return aten.clone.default(input)
+    # the diagonal's k-th element is at (k, k + offset), or (k - offset, k) below it
+    k = aten.clamp.default(rows if offset >= 0 else cols, 0, length - 1)
+    k = aten.expand.default(k, [input.shape[dim1], input.shape[dim2]])
+    gathered = aten.index.Tensor(src, [*([None] * (src.dim() - 1)), k])  # [..., n1, n2]
+    # gathered's dims are input's others, then dim1 and dim2: put those back in place
+    others = [d for d in range(rank) if d not in (dim1, dim2)]
+    order = [*others, dim1, dim2]
+    gathered = aten.permute.default(gathered, [order.index(d) for d in range(rank)])
+    mask_shape = [1] * rank
+    mask_shape[dim1], mask_shape[dim2] = input.shape[dim1], input.shape[dim2]
+    if dim1 > dim2:  # the mask's dims in input's order
+        on_diagonal = aten.t.default(on_diagonal)
+    on_diagonal = aten.reshape.default(on_diagonal, mask_shape)
+    if gathered.dtype != input.dtype:
+        gathered = aten._to_copy.default(gathered, dtype=input.dtype)
+    return aten.where.self(on_diagonal, gathered, input)
+
+
 def _overlaps(size: Sequence[int], stride: Sequence[int]) -> bool:
     """Whether two positions of a strided view can be the same element (dims of size 1
     aside, each stride must clear the extent of the smaller ones)."""
@@ -438,6 +482,7 @@ def table() -> dict[Any, Any]:
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
         aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
         aten.as_strided_scatter.default: as_strided_scatter,
+        aten.diagonal_scatter.default: diagonal_scatter,
         aten.mv.default: mv,
         aten.addmv.default: addmv,
         aten.hardtanh_backward.default: hardtanh_backward,
