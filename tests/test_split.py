@@ -105,7 +105,9 @@ def test_an_interaction_is_not_pinned_on_single_nodes():
 
 def test_an_unpinnable_refusal_leaves_the_whole_partition_in_pytorch(monkeypatch):
     monkeypatch.setattr(
-        _split, "find_refused", lambda gm, args, trial: _split.Search({}, 3, 0.1, "why not")
+        _split,
+        "find_refused",
+        lambda gm, args, trial, **_: _split.Search({}, 3, 0.1, "why not"),
     )
     x = torch.randn(2, 4)
     compiled = _compile(_chain, _sin_refused)
@@ -140,3 +142,25 @@ def _aten(fn, *args):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     return make_fx(fn)(*args)
+
+
+def test_the_node_an_export_error_names_is_tried_first():
+    """A translation error names its FX node ("Error when translating node %sin"): that
+    node alone, then the nodes before it and those after it: three trials, where
+    bisecting takes ~2 log2(n)."""
+    error = RuntimeError("outer")
+    error.__cause__ = ValueError("Error when translating node %sin : [num_users=1] = ...")
+    assert _split.named_node(error) == "sin"
+    assert _split.named_node(RuntimeError("no node here")) is None
+
+    x = torch.randn(2, 4)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(_chain)(x)
+
+    def trial(part, inputs):
+        if any(n.target is torch.ops.aten.sin.default for n in part.graph.nodes):
+            raise RuntimeError("refused")
+
+    guided = _split.find_refused(gm, (x,), trial, suspect="sin")
+    assert set(guided.refused) == {"sin"} and guided.trials == 3
+    bisected = _split.find_refused(gm, (x,), trial)
+    assert set(bisected.refused) == {"sin"} and bisected.trials > 2

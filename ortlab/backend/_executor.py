@@ -236,7 +236,9 @@ class OrtPartitionModule:
         if self._context.options.strict:
             self._fail(message, error)  # raises CompileError
         try:
-            search = _split.find_refused(self.eager, args, self._trial)
+            search = _split.find_refused(
+                self.eager, args, self._trial, suspect=_split.named_node(error)
+            )
         except Exception as e:  # the partition does not run in PyTorch either
             logger.debug("could not search %s for refused nodes", self.record, exc_info=True)
             self._fail(f"{message} (no split: {errors.describe(e)})", error)

@@ -52,10 +52,26 @@ whose translation is right on them.
 #   _embedding_bag(w, idx, offsets) -> [0]    index_add(starts) -> cumsum: bag of each index
 #                                             index_select(w, idx) -> index_add / scatter
 #                                             (max) into the bags -> [:bags]
+#
+# Python numbers in a tensor argument. Decompositions can leave a number where the
+# op's schema takes a tensor: ``1.0 - mask`` is ``rsub.Scalar(mask, 1.0)``, which
+# torch's decomposition turns into ``sub.Tensor(1.0, mask)``. The exporter's type-promotion
+# pass re-checks the node against the schema and refuses it ("Cannot find a compatible
+# OpOverload for aten.sub"), so the whole partition was bisected (XLNet's
+# ``1.0 - attention_mask`` with an int64 mask). The number becomes a 0-d tensor of its
+# promoted dtype, which promotes as the number did (a 0-d tensor does not outrank a
+# dimensioned tensor of its own category):
+#
+#   before                      after
+#   sub.Tensor(1.0, mask:i64)   sub.Tensor(scalar_tensor(1.0, float32), mask:i64)
+#
+# Rounding integers. ``floor``/``ceil``/``round``/``trunc`` of an integer (or bool) tensor
+# return it unchanged in PyTorch; ONNX's Floor... take floats only. They become a copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -108,7 +124,9 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     PyTorch computes them (:func:`zero_fully_masked_rows`); ``as_strided`` on a view
     reads the base the view shares its storage with (:func:`rebase_as_strided`);
     embedding bags whose bags alone are read become gathers and scatters
-    (:func:`embedding_bags_as_composite`).
+    (:func:`embedding_bags_as_composite`); Python numbers where the op takes a tensor
+    become 0-d tensors (:func:`numbers_as_tensors`); rounding an integer tensor is a copy
+    (:func:`integer_rounding_as_copies`).
     """
     graph = graph_module.graph
     if not (
@@ -117,6 +135,8 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
             or _masked_attention(n) is not None
             or _bags_only(n)
             or _implicit_arange_dtype(n)
+            or _numbers_in_tensor_slots(n)
+            or _rounds_integers(n)
             for n in graph.nodes
         )
         or any(_rebasable(graph))
@@ -128,7 +148,111 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     zero_fully_masked_rows(rewritten)
     rebase_as_strided(rewritten)
     embedding_bags_as_composite(rewritten)
+    numbers_as_tensors(rewritten)
+    integer_rounding_as_copies(rewritten)
     return rewritten
+
+
+# -- Python numbers in tensor arguments ---------------------------------------------------
+
+
+def _numbers_in_tensor_slots(node: torch.fx.Node) -> list[int]:
+    """Positions of the Python numbers the node passes where its schema takes a tensor,
+    when no overload of the op takes them there (``sub.Tensor(1.0, mask)``, left by the
+    decomposition of ``rsub``; not ``add.Tensor(x, 2)``, which is ``add.Scalar``'s)."""
+    if node.op != "call_function" or not _torch_private.is_op_overload(node.target):
+        return []
+    formals = node.target._schema.arguments
+    positions = [
+        i
+        for i, (arg, formal) in enumerate(zip(node.args, formals))
+        if isinstance(arg, (bool, int, float)) and isinstance(formal.type, torch.TensorType)
+    ]
+    if not positions:
+        return []
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), fake_value)
+    packet = node.target.overloadpacket
+    if any(
+        _torch_private.schema_accepts(getattr(packet, name), args, kwargs)
+        for name in packet.overloads()
+    ):
+        return []  # an overload takes the numbers as they are
+    return positions
+
+
+def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
+    """Replaces, in place, each Python number passed where the schema takes a tensor by a
+    0-d tensor of the dtype PyTorch promotes it to (``scalar_tensor(1.0, float32)`` next
+    to an int64 tensor, ``scalar_tensor(2, uint8)`` next to a uint8 one); returns how many
+    nodes changed. The node's result dtype stays: a 0-d tensor promotes as the number."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        positions = _numbers_in_tensor_slots(node)
+        if not positions:
+            continue
+        tensors = [fake_value(a) for a in node.all_input_nodes]
+        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+        device = tensors[0].device if tensors else torch.device("cpu")
+        mode = _torch_private.detect_fake_mode(tensors)
+        args = list(node.args)
+        for i in positions:
+            dtype = _torch_private.promoted_dtype(args[i], *tensors)
+            kwargs = {"dtype": dtype, "device": device}
+            with graph.inserting_before(node):
+                number = graph.call_function(
+                    torch.ops.aten.scalar_tensor.default, (args[i],), kwargs
+                )
+            number.meta = {
+                k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
+            }
+            with mode if mode is not None else contextlib.nullcontext():
+                number.meta["val"] = torch.ops.aten.scalar_tensor.default(args[i], **kwargs)
+            args[i] = number
+        node.args = tuple(args)
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+# -- rounding integers ----------------------------------------------------------------------
+
+_ROUNDINGS = frozenset(
+    {
+        torch.ops.aten.floor.default,
+        torch.ops.aten.ceil.default,
+        torch.ops.aten.round.default,
+        torch.ops.aten.trunc.default,
+    }
+)
+
+
+def _rounds_integers(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in _ROUNDINGS or not node.args:
+        return False
+    value = fake_value(node.args[0])
+    return (
+        isinstance(value, torch.Tensor)
+        and not value.dtype.is_floating_point
+        and not value.dtype.is_complex
+    )
+
+
+def integer_rounding_as_copies(graph_module: torch.fx.GraphModule) -> int:
+    """Turns ``floor``/``ceil``/``round``/``trunc`` of integer or bool tensors, which
+    PyTorch returns unchanged, into ``clone`` (ONNX's Floor, Ceil, Round take floats
+    only), in place; returns how many nodes changed."""
+    changed = 0
+    for node in graph_module.graph.nodes:
+        if _rounds_integers(node):
+            node.target = torch.ops.aten.clone.default
+            node.args, node.kwargs = node.args[:1], {}
+            changed += 1
+    if changed:
+        graph_module.recompile()
+    return changed
 
 
 # -- arange's dtype -------------------------------------------------------------------------

@@ -47,7 +47,7 @@ import logging
 import math as math_module
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
@@ -587,6 +587,26 @@ def make_boxed(fn: Callable[..., Any]) -> Callable[..., Any]:
     from torch._functorch.aot_autograd import make_boxed_func
 
     return make_boxed_func(fn)
+
+
+def schema_accepts(overload: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether the op overload's schema takes these (fake) arguments."""
+    try:
+        torch._C._check_schema_allow_fake_script_object(overload._schema, *args, **kwargs)
+    except RuntimeError:
+        return False
+    return True
+
+
+def promoted_dtype(*operands: Any) -> torch.dtype:
+    """The dtype PyTorch's default elementwise type promotion gives these operands
+    (tensors and Python numbers)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    _, dtype = elementwise_dtypes(
+        *operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    )
+    return dtype
 
 
 def detect_fake_mode(args: Any) -> Any:
