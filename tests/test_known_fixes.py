@@ -394,7 +394,14 @@ def test_signbit_and_copysign_see_negative_zero():
     read the bool buffer as float32."""
 
     def f(x, y):
-        return torch.copysign(x, y), torch.signbit(y), torch.where(torch.signbit(y), x, -x)
+        return (
+            torch.copysign(x, y),
+            torch.signbit(y),
+            torch.where(torch.signbit(y), x, -x),
+            torch.copysign(x, -1.0),
+            torch.copysign(x, -0.0),
+            torch.copysign(x, 0.0),
+        )
 
     x = torch.tensor([1.0, 2.0, -3.0, 4.0, 5.0])
     y = torch.tensor([-0.0, 0.0, -1.0, 2.0, float("-inf")])
@@ -535,3 +542,26 @@ def test_a_one_sided_clamp_keeps_infinities_and_its_gradient_at_the_bound(fn):
     (out, grads), (expected_out, expected_grads) = _compiled_step(fn, finite)[0]
     torch.testing.assert_close(out, expected_out)
     torch.testing.assert_close(grads, expected_grads)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.arange(2.5, -1, -0.7) + x[0],
+        lambda x: torch.arange(0.0, 1.0, 0.1, dtype=torch.float32) * x[0],
+        lambda x: torch.arange(0.0, 0.3, 0.1, dtype=torch.bfloat16) * x[0],
+        lambda x: torch.arange(1, 2.2, 0.3, dtype=torch.float64) * x[0],
+    ],
+    ids=["negative-step", "tenths", "bfloat16", "float64"],
+)
+def test_a_fractional_arange_has_pytorchs_length(fn):
+    """PyTorch counts arange's elements in double, ONNX Runtime's Range in the output's
+    type: arange(2.5, -1, -0.7) had 6 elements for eager's 5."""
+    x = torch.tensor([1.5, 2.0])
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend, dynamic=False)(x)
+    expected = fn(x)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)
+    assert_all_in_onnx_runtime(backend)

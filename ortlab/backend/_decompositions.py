@@ -455,7 +455,9 @@ def copysign(input: torch.Tensor, other: torch.Tensor) -> Any:
 
 def clamp(input: torch.Tensor, min: Any = None, max: Any = None) -> Any:
     if not input.is_floating_point() or (min is None) == (max is None):
-        return NotImplemented  # both bounds: Clip is right; integers have no infinities
+        # Both bounds: Clip (a NaN bound is not propagated, as PyTorch does; left);
+        # integers have no infinities.
+        return NotImplemented
     if min is not None:
         return clamp_min(input, min)
     return clamp_max(input, max)
@@ -475,6 +477,13 @@ def clamp_max(input: torch.Tensor, max: Any) -> Any:
     return aten.minimum.default(input, bound)
 
 
+def copysign_scalar(input: torch.Tensor, other: Any) -> Any:
+    if not input.is_floating_point() or not isinstance(other, (int, float)):
+        return NotImplemented  # integers promote; a symbolic number is not known here
+    magnitude = aten.abs.default(input)
+    return aten.neg.default(magnitude) if math.copysign(1.0, other) < 0 else magnitude
+
+
 def table() -> dict[Any, Any]:
     """ortlab's decompositions, by op."""
     return {
@@ -488,6 +497,7 @@ def table() -> dict[Any, Any]:
         aten.hardtanh_backward.default: hardtanh_backward,
         aten.signbit.default: signbit,
         aten.copysign.Tensor: copysign,
+        aten.copysign.Scalar: copysign_scalar,
         aten.clamp.default: clamp,
         aten.clamp_min.default: clamp_min,
         aten.clamp_max.default: clamp_max,

@@ -118,7 +118,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The graph with every rewrite of this module applied: a rewritten copy, or
     ``graph_module`` itself when no rewrite applies (it is never modified).
 
-    Rewrites: ``arange`` gets its result's dtype (:func:`explicit_arange_dtypes`);
+    Rewrites: ``arange`` gets its result's dtype and length (:func:`explicit_arange_dtypes`);
     grouped-query attention gets its key/value heads repeated
     (:func:`expand_kv_heads`); attention rows whose mask hides every key are 0, as
     PyTorch computes them (:func:`zero_fully_masked_rows`); ``as_strided`` on a view
@@ -135,6 +135,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
             or _masked_attention(n) is not None
             or _bags_only(n)
             or _implicit_arange_dtype(n)
+            or _fractional_arange(n)
             or _numbers_in_tensor_slots(n)
             or _rounds_integers(n)
             for n in graph.nodes
@@ -276,17 +277,77 @@ def _implicit_arange_dtype(node: torch.fx.Node) -> bool:
 
 
 def explicit_arange_dtypes(graph_module: torch.fx.GraphModule) -> int:
-    """Gives every ``arange`` without a ``dtype`` its result's, in place; returns how
-    many changed. PyTorch infers it from all the bounds (``arange(1, 2.5)`` is float32),
+    """Gives every ``arange`` without a ``dtype`` its result's, and writes a fractional
+    one as ``start + i * step`` (:func:`_fractional_arange`), in place; returns how many
+    changed. PyTorch infers the dtype from all the bounds (``arange(1, 2.5)`` is float32),
     torchlib's translation from the start alone (it made int64 ``[1, 2]``)."""
     changed = 0
-    for node in graph_module.graph.nodes:
-        if _implicit_arange_dtype(node):
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if _fractional_arange(node):
+            _arange_by_index(graph, node)
+        elif _implicit_arange_dtype(node):
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
-            changed += 1
+        else:
+            continue
+        changed += 1
     if changed:
+        graph.lint()
         graph_module.recompile()
     return changed
+
+
+def _arange_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
+    args: Any = node.args
+    if node.target is torch.ops.aten.arange.default:
+        return 0, args[0], 1
+    if node.target is torch.ops.aten.arange.start:
+        return args[0], args[1], 1
+    return args[0], args[1], args[2] if len(args) > 2 else 1
+
+
+def _fractional_arange(node: torch.fx.Node) -> bool:
+    """A floating ``arange`` of known length with a fractional bound or step.
+    torchlib's translation is a Range in float32 (whatever the dtype), which counts the
+    elements in float32 where PyTorch counts in double: ``arange(2.5, -1, -0.7)`` had 6
+    elements for eager's 5."""
+    value = node.meta.get("val")
+    return (
+        node.op == "call_function"
+        and node.target in _ARANGES
+        and isinstance(value, torch.Tensor)
+        and value.dtype.is_floating_point
+        and isinstance(value.shape[0], int)
+        and all(isinstance(a, (int, float)) for a in _arange_args(node))
+        and any(isinstance(a, float) and not a.is_integer() for a in _arange_args(node))
+    )
+
+
+def _arange_by_index(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Replaces a fractional ``arange`` by ``start + i * step`` over the integers
+    ``i < length`` (the length its fake tensor has), in float64, cast to its dtype: as
+    PyTorch computes it."""
+    aten, prims = torch.ops.aten, torch.ops.prims
+    start, _, step = _arange_args(node)
+    value = node.meta["val"]
+    with graph.inserting_before(node):
+        index = graph.call_function(
+            aten.arange.default,
+            (value.shape[0],),
+            {"dtype": torch.int64, "device": value.device},
+        )
+        index.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+        index.meta["val"] = value.to(torch.int64)
+        wide = add_node(
+            graph, node, prims.convert_element_type.default, (index, torch.float64)
+        )
+        scaled = add_node(graph, node, aten.mul.Tensor, (wide, float(step)))
+        shifted = add_node(graph, node, aten.add.Tensor, (scaled, float(start)))
+        result = add_node(
+            graph, node, prims.convert_element_type.default, (shifted, value.dtype)
+        )
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
 
 
 # -- grouped-query attention --------------------------------------------------------------
