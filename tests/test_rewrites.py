@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import ortlab
 from ortlab.backend import _rewrites
 
 aten = torch.ops.aten
@@ -249,69 +248,4 @@ def test_embedding_bag_whose_auxiliary_outputs_are_read_is_left_alone():
         return out, offset2bag, bag_size
 
     gm = _aten_graph(fn, torch.tensor([1, 2, 3]), torch.randn(5, 2), torch.tensor([0, 2]))
-    assert _rewrites.for_onnx(gm) is gm
-
-
-# -- Python numbers in tensor arguments; rounding integers -----------------------------------
-
-
-_MASK, _X3, _X23 = torch.tensor([1, 0, 3]), torch.randn(3), torch.randn(2, 3)
-
-
-def _compiled_graphs(fn, *args):
-    backend = ortlab.OrtBackend()
-    out = torch.compile(fn, backend=backend)(*args)
-    return out, backend.graphs
-
-
-@pytest.mark.parametrize(
-    "fn, args",
-    [
-        # XLNet: input_mask = 1.0 - attention_mask (int64), then float arithmetic.
-        (
-            lambda m, x: (1.0 - m) * x,
-            (torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.randn(2, 3)),
-        ),
-        (
-            lambda m, x: (2.5 - m.to(torch.int32)) + x,
-            (torch.tensor([1, 0, 3]), torch.randn(3)),
-        ),
-        (lambda m, x: (0.1 - x.double()) * m, (torch.tensor([1, 0, 3]), torch.randn(3))),
-        (lambda m, x: (1.5 - x.half()) * 2, (torch.tensor([1, 0, 3]), torch.randn(3))),
-        (
-            lambda m, x: (300 - m.to(torch.uint8)) * 3,
-            (torch.tensor([1, 0, 3]), torch.randn(3)),
-        ),
-    ],
-    ids=["float-int64", "float-int32", "float-float64", "float-float16", "int-uint8"],
-)
-def test_number_as_first_operand_runs_in_ort(fn, args):
-    out, graphs = _compiled_graphs(fn, *args)
-    expected = fn(*args)
-    assert out.dtype == expected.dtype
-    torch.testing.assert_close(out, expected)
-    for graph in graphs:
-        assert graph.eager_node_names == (), [graph.verdict(n) for n in graph.eager_node_names]
-        assert not graph.split_partitions
-        assert len(graph.partitions) == 1
-
-
-@pytest.mark.parametrize("op", [torch.floor, torch.ceil, torch.round, torch.trunc])
-def test_rounding_an_integer_tensor_runs_in_ort(op):
-    fn = lambda a: op(a) * 2  # noqa: E731
-    a = torch.tensor([-3, 0, 7])
-    out, graphs = _compiled_graphs(fn, a)
-    assert out.dtype == torch.int64
-    assert torch.equal(out, fn(a))
-    (graph,) = graphs
-    assert graph.eager_node_names == (), [graph.verdict(n) for n in graph.eager_node_names]
-
-
-def test_add_of_a_number_is_left_alone():
-    """``add.Tensor(x, 2)`` has an overload for the number (``add.Scalar``): untouched."""
-    from ortlab.backend import _rewrites
-
-    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: x + 2, tracing_mode="fake")(
-        torch.tensor([1, 2])
-    )
     assert _rewrites.for_onnx(gm) is gm

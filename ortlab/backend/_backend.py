@@ -41,6 +41,7 @@ from ortlab.backend import (
     _partition,
     _precision,
     _rewrites,
+    _scalars,
     _sizes,
     _source,
     _support,
@@ -233,6 +234,7 @@ class OrtBackend:
             _sizes.sizes_from_inputs(graph_module)
         # Ops whose translation is wrong on some inputs, rewritten first (see _rewrites).
         graph_module = _rewrites.for_onnx(graph_module)
+        graph_module = _scalars.for_onnx(graph_module)
         # Narrow floats on CPU computed in float32 where ONNX Runtime has no kernel.
         graph_module = _precision.for_onnx(graph_module)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps

@@ -1,0 +1,251 @@
+"""Python numbers and dtypes that torchlib's translations get wrong, rewritten in the
+partition's ATen graph before export (after :mod:`_rewrites`; the same copy-on-write
+contract: a rewritten copy, or the graph itself when nothing applies).
+
+# NOTE: ``arange``. PyTorch infers its dtype from all its bounds (``arange(1, 2.5)`` is
+# float32); torchlib's translation from the start alone (it made int64 ``[1, 2]``), so
+# every ``arange`` gets its result's dtype written out. The translation is also a Range
+# in float32 whatever the dtype, which counts the elements in float32 where PyTorch
+# counts in double (``arange(2.5, -1, -0.7)``: 6 elements for eager's 5): a fractional
+# ``arange`` of known length is ``start + i * step`` over the integers ``i``, in
+# float64, cast.
+#
+# Python numbers in a tensor argument. Decompositions can leave a number where the
+# op's schema takes a tensor: ``1.0 - mask`` is ``rsub.Scalar(mask, 1.0)``, which
+# torch's decomposition turns into ``sub.Tensor(1.0, mask)``. The exporter's type-promotion
+# pass re-checks the node against the schema and refuses it ("Cannot find a compatible
+# OpOverload for aten.sub"), so the whole partition was bisected (XLNet's
+# ``1.0 - attention_mask`` with an int64 mask). The number becomes a 0-d tensor of its
+# promoted dtype, which promotes as the number did (a 0-d tensor does not outrank a
+# dimensioned tensor of its own category):
+#
+#   before                      after
+#   sub.Tensor(1.0, mask:i64)   sub.Tensor(scalar_tensor(1.0, float32), mask:i64)
+#
+# Rounding integers. ``floor``/``ceil``/``round``/``trunc`` of an integer (or bool) tensor
+# return it unchanged in PyTorch; ONNX's Floor... take floats only. They become a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.fx
+
+from ortlab.backend import _export, _rewrites, _torch_private
+
+
+def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with this module's rewrites applied: a rewritten copy, or
+    ``graph_module`` itself when none applies (it is never modified)."""
+    if not any(
+        _implicit_arange_dtype(n)
+        or _fractional_arange(n)
+        or _numbers_in_tensor_slots(n)
+        or _rounds_integers(n)
+        for n in graph_module.graph.nodes
+    ):
+        return graph_module
+    rewritten = _export.copy_graph_module(graph_module)
+    explicit_arange_dtypes(rewritten)
+    numbers_as_tensors(rewritten)
+    integer_rounding_as_copies(rewritten)
+    return rewritten
+
+
+# -- Python numbers in tensor arguments ---------------------------------------------------
+
+
+def _numbers_in_tensor_slots(node: torch.fx.Node) -> list[int]:
+    """Positions of the Python numbers the node passes where its schema takes a tensor,
+    when no overload of the op takes them there (``sub.Tensor(1.0, mask)``, left by the
+    decomposition of ``rsub``; not ``add.Tensor(x, 2)``, which is ``add.Scalar``'s)."""
+    if node.op != "call_function" or not _torch_private.is_op_overload(node.target):
+        return []
+    formals = node.target._schema.arguments
+    positions = [
+        i
+        for i, (arg, formal) in enumerate(zip(node.args, formals))
+        if isinstance(arg, (bool, int, float)) and isinstance(formal.type, torch.TensorType)
+    ]
+    if not positions:
+        return []
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _rewrites.fake_value)
+    packet = node.target.overloadpacket
+    if any(
+        _torch_private.schema_accepts(getattr(packet, name), args, kwargs)
+        for name in packet.overloads()
+    ):
+        return []  # an overload takes the numbers as they are
+    return positions
+
+
+def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
+    """Replaces, in place, each Python number passed where the schema takes a tensor by a
+    0-d tensor of the dtype PyTorch promotes it to (``scalar_tensor(1.0, float32)`` next
+    to an int64 tensor, ``scalar_tensor(2, uint8)`` next to a uint8 one); returns how many
+    nodes changed. The node's result dtype stays: a 0-d tensor promotes as the number."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        positions = _numbers_in_tensor_slots(node)
+        if not positions:
+            continue
+        tensors = [_rewrites.fake_value(a) for a in node.all_input_nodes]
+        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+        device = tensors[0].device if tensors else torch.device("cpu")
+        mode = _torch_private.detect_fake_mode(tensors)
+        args = list(node.args)
+        for i in positions:
+            dtype = _torch_private.promoted_dtype(args[i], *tensors)
+            kwargs = {"dtype": dtype, "device": device}
+            with graph.inserting_before(node):
+                number = graph.call_function(
+                    torch.ops.aten.scalar_tensor.default, (args[i],), kwargs
+                )
+            number.meta = {
+                k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
+            }
+            with mode if mode is not None else contextlib.nullcontext():
+                number.meta["val"] = torch.ops.aten.scalar_tensor.default(args[i], **kwargs)
+            args[i] = number
+        node.args = tuple(args)
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+# -- rounding integers ----------------------------------------------------------------------
+
+_ROUNDINGS = frozenset(
+    {
+        torch.ops.aten.floor.default,
+        torch.ops.aten.ceil.default,
+        torch.ops.aten.round.default,
+        torch.ops.aten.trunc.default,
+    }
+)
+
+
+def _rounds_integers(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in _ROUNDINGS or not node.args:
+        return False
+    value = _rewrites.fake_value(node.args[0])
+    return (
+        isinstance(value, torch.Tensor)
+        and not value.dtype.is_floating_point
+        and not value.dtype.is_complex
+    )
+
+
+def integer_rounding_as_copies(graph_module: torch.fx.GraphModule) -> int:
+    """Turns ``floor``/``ceil``/``round``/``trunc`` of integer or bool tensors, which
+    PyTorch returns unchanged, into ``clone`` (ONNX's Floor, Ceil, Round take floats
+    only), in place; returns how many nodes changed."""
+    changed = 0
+    for node in graph_module.graph.nodes:
+        if _rounds_integers(node):
+            node.target = torch.ops.aten.clone.default
+            node.args, node.kwargs = node.args[:1], {}
+            changed += 1
+    if changed:
+        graph_module.recompile()
+    return changed
+
+
+# -- arange's dtype -------------------------------------------------------------------------
+
+_ARANGES = frozenset(
+    {
+        torch.ops.aten.arange.default,
+        torch.ops.aten.arange.start,
+        torch.ops.aten.arange.start_step,
+    }
+)
+
+
+def _implicit_arange_dtype(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target in _ARANGES
+        and node.kwargs.get("dtype") is None
+        and isinstance(node.meta.get("val"), torch.Tensor)
+    )
+
+
+def explicit_arange_dtypes(graph_module: torch.fx.GraphModule) -> int:
+    """Gives every ``arange`` without a ``dtype`` its result's, and writes a fractional
+    one as ``start + i * step`` (:func:`_fractional_arange`), in place; returns how many
+    changed. PyTorch infers the dtype from all the bounds (``arange(1, 2.5)`` is float32),
+    torchlib's translation from the start alone (it made int64 ``[1, 2]``)."""
+    changed = 0
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if _fractional_arange(node):
+            _arange_by_index(graph, node)
+        elif _implicit_arange_dtype(node):
+            node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+        else:
+            continue
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+def _arange_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
+    args: Any = node.args
+    if node.target is torch.ops.aten.arange.default:
+        return 0, args[0], 1
+    if node.target is torch.ops.aten.arange.start:
+        return args[0], args[1], 1
+    return args[0], args[1], args[2] if len(args) > 2 else 1
+
+
+def _fractional_arange(node: torch.fx.Node) -> bool:
+    """A floating ``arange`` of known length with a fractional bound or step.
+    torchlib's translation is a Range in float32 (whatever the dtype), which counts the
+    elements in float32 where PyTorch counts in double: ``arange(2.5, -1, -0.7)`` had 6
+    elements for eager's 5."""
+    value = node.meta.get("val")
+    return (
+        node.op == "call_function"
+        and node.target in _ARANGES
+        and isinstance(value, torch.Tensor)
+        and value.dtype.is_floating_point
+        and isinstance(value.shape[0], int)
+        and all(isinstance(a, (int, float)) for a in _arange_args(node))
+        and any(isinstance(a, float) and not a.is_integer() for a in _arange_args(node))
+    )
+
+
+def _arange_by_index(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Replaces a fractional ``arange`` by ``start + i * step`` over the integers
+    ``i < length`` (the length its fake tensor has), in float64, cast to its dtype: as
+    PyTorch computes it."""
+    aten, prims = torch.ops.aten, torch.ops.prims
+    start, _, step = _arange_args(node)
+    value = node.meta["val"]
+    with graph.inserting_before(node):
+        index = graph.call_function(
+            aten.arange.default,
+            (value.shape[0],),
+            {"dtype": torch.int64, "device": value.device},
+        )
+        index.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+        index.meta["val"] = value.to(torch.int64)
+        wide = _rewrites.add_node(
+            graph, node, prims.convert_element_type.default, (index, torch.float64)
+        )
+        scaled = _rewrites.add_node(graph, node, aten.mul.Tensor, (wide, float(step)))
+        shifted = _rewrites.add_node(graph, node, aten.add.Tensor, (scaled, float(start)))
+        result = _rewrites.add_node(
+            graph, node, prims.convert_element_type.default, (shifted, value.dtype)
+        )
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
