@@ -55,3 +55,29 @@ def test_views_of_inputs_saved_for_the_backward_stay_in_onnx_runtime():
     torch.testing.assert_close(w.grad, x[:, 1:].sum(0))
     forward = compiled.ortlab_backend.graphs[0]
     assert forward.kind == "forward" and not forward.eager_node_names
+
+
+OF_OUTPUTS = {
+    "slice_floordiv": lambda x: (lambda y: (y, y[:, : x.shape[1] // 2]))(x * 2),
+    "narrow": lambda x: (lambda y: (y, y.narrow(1, 1, x.shape[1] - 2)))(x + 1),
+    "split_uneven": lambda x: (lambda y: (y, *torch.split(y, [1, x.shape[1] - 1], 1)))(x * 5),
+}
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "grad", "requires_grad"])
+@pytest.mark.parametrize("name", sorted(OF_OUTPUTS))
+def test_a_view_of_another_output_with_symbolic_sizes_is_eagers(name, grad):
+    """``y, y[:, : n // 2]``: AOTAutograd rebuilds the view from ``y`` with the compiled
+    view's strides, which ONNX Runtime's copy did not have (the values were wrong)."""
+    fn = OF_OUTPUTS[name]
+    compiled = ortlab.compile(fn, dynamic=True)
+    ctx = torch.no_grad() if grad == "no_grad" else contextlib.nullcontext()
+    for shape in [(4, 6), (3, 8)]:
+        x = torch.arange(float(shape[0] * shape[1])).reshape(shape)
+        x.requires_grad_(grad == "requires_grad")
+        with ctx:
+            expected, got = fn(x), compiled(x)
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g.detach(), e.detach(), rtol=0, atol=0)
+            if grad != "no_grad":
+                assert g.stride() == e.stride()

@@ -722,4 +722,45 @@ def input_alias_outputs(
         producer = node.args[0]
         if isinstance(producer, torch.fx.Node) and producer.op == "call_function":
             pending.append(producer)
+    if outputs is not None:
+        forced.update(_output_alias_outputs(values, returned))
     return forced
+
+
+def _output_alias_outputs(users: list[Any], returned: Any) -> dict[str, str]:
+    """View chains with symbolic arguments from one graph output to another of the
+    user's (``y, y[:, : n // 2]``). AOTAutograd rebuilds such an output from its base
+    output with ``as_strided`` on the compiled output's strides when it cannot replay the
+    views, which ONNX Runtime's copy does not have: the chain stays in PyTorch."""
+    every = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    bases = {v for v in every if isinstance(v, torch.fx.Node)}
+    forced: dict[str, str] = {}
+    for value in users:
+        chain, node = [], value
+        while (
+            isinstance(node, torch.fx.Node)
+            and node.op == "call_function"
+            and (_returns_alias(node.target) or node.target is operator.getitem)
+            and node.args
+        ):
+            chain.append(node)
+            node = node.args[0]
+            if node in bases:
+                break
+        if node not in bases or not chain or not any(map(_has_symbolic_args, chain)):
+            continue
+        for view in chain:
+            forced[view.name] = (
+                "a view of another graph output, with symbolic sizes, returned as an "
+                "output: stays in PyTorch so the output keeps sharing that output's memory"
+            )
+    return forced
+
+
+def _has_symbolic_args(node: torch.fx.Node) -> bool:
+    found = []
+    torch.fx.node.map_arg(
+        (node.args, node.kwargs),
+        lambda a: found.append(isinstance(a.meta.get("val"), torch.SymInt)),
+    )
+    return any(found)
