@@ -22,11 +22,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("grad", ["no_grad", "grad", "requires_grad"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_a_view_of_an_input_with_symbolic_sizes_is_eagers_view(name, grad):
-    torch._dynamo.reset()
-    fn = CASES[name]
+def _outputs_on_two_shapes(fn, grad):
+    """``fn`` compiled with dynamic shapes and eager, called in grad mode ``grad`` on two
+    shapes: yields each input and the pairs (eager output, compiled output)."""
     compiled = ortlab.compile(fn, dynamic=True)
     ctx = torch.no_grad() if grad == "no_grad" else contextlib.nullcontext()
     for shape in [(4, 6), (3, 8)]:
@@ -39,6 +37,14 @@ def test_a_view_of_an_input_with_symbolic_sizes_is_eagers_view(name, grad):
         assert len(got) == len(expected)
         for e, g in zip(expected, got):
             torch.testing.assert_close(g.detach(), e.detach(), rtol=0, atol=0)
+        yield x, list(zip(expected, got))
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "grad", "requires_grad"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_view_of_an_input_with_symbolic_sizes_is_eagers_view(name, grad):
+    for x, pairs in _outputs_on_two_shapes(CASES[name], grad):
+        for e, g in pairs:
             assert g.stride() == e.stride()
             assert g.storage_offset() == e.storage_offset()
             assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
@@ -69,15 +75,7 @@ OF_OUTPUTS = {
 def test_a_view_of_another_output_with_symbolic_sizes_is_eagers(name, grad):
     """``y, y[:, : n // 2]``: AOTAutograd rebuilds the view from ``y`` with the compiled
     view's strides, which ONNX Runtime's copy did not have (the values were wrong)."""
-    fn = OF_OUTPUTS[name]
-    compiled = ortlab.compile(fn, dynamic=True)
-    ctx = torch.no_grad() if grad == "no_grad" else contextlib.nullcontext()
-    for shape in [(4, 6), (3, 8)]:
-        x = torch.arange(float(shape[0] * shape[1])).reshape(shape)
-        x.requires_grad_(grad == "requires_grad")
-        with ctx:
-            expected, got = fn(x), compiled(x)
-        for e, g in zip(expected, got):
-            torch.testing.assert_close(g.detach(), e.detach(), rtol=0, atol=0)
+    for _, pairs in _outputs_on_two_shapes(OF_OUTPUTS[name], grad):
+        for e, g in pairs:
             if grad != "no_grad":
                 assert g.stride() == e.stride()
