@@ -56,6 +56,7 @@ whose translation is right on them.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -196,16 +197,23 @@ def _repeat_heads(
 
 
 def add_node(
-    graph: torch.fx.Graph, origin: torch.fx.Node, target: Any, args: tuple[Any, ...]
+    graph: torch.fx.Graph,
+    origin: torch.fx.Node,
+    target: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
 ) -> torch.fx.Node:
-    """A new node computing ``target(*args)``, with its ``meta["val"]`` computed on the
-    arguments' fake values and ``origin``'s source metadata (stack trace, module path)."""
-    node = graph.call_function(target, args)
+    """A new node computing ``target(*args, **kwargs)``, with its ``meta["val"]``
+    computed on the arguments' fake values under ``origin``'s fake mode (a factory has
+    no fake argument) and ``origin``'s source metadata (stack trace, module path)."""
+    node = graph.call_function(target, args, kwargs or {})
     fake_args = tuple(fake_value(a) if isinstance(a, torch.fx.Node) else a for a in args)
     node.meta = {
         k: v for k, v in origin.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
     }
-    node.meta["val"] = target(*fake_args)
+    mode = _torch_private.detect_fake_mode([origin.meta.get("val"), *fake_args])
+    with mode if mode is not None else contextlib.nullcontext():
+        node.meta["val"] = target(*fake_args, **(kwargs or {}))
     return node
 
 

@@ -28,7 +28,6 @@ contract: a rewritten copy, or the graph itself when nothing applies).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -96,21 +95,17 @@ def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
         tensors = [_rewrites.fake_value(a) for a in node.all_input_nodes]
         tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
         device = tensors[0].device if tensors else torch.device("cpu")
-        mode = _torch_private.detect_fake_mode(tensors)
         args = list(node.args)
         for i in positions:
             dtype = _torch_private.promoted_dtype(args[i], *tensors)
-            kwargs = {"dtype": dtype, "device": device}
             with graph.inserting_before(node):
-                number = graph.call_function(
-                    torch.ops.aten.scalar_tensor.default, (args[i],), kwargs
+                args[i] = _rewrites.add_node(
+                    graph,
+                    node,
+                    torch.ops.aten.scalar_tensor.default,
+                    (args[i],),
+                    {"dtype": dtype, "device": device},
                 )
-            number.meta = {
-                k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta", "seq_nr")
-            }
-            with mode if mode is not None else contextlib.nullcontext():
-                number.meta["val"] = torch.ops.aten.scalar_tensor.default(args[i], **kwargs)
-            args[i] = number
         node.args = tuple(args)
         changed += 1
     if changed:
@@ -232,13 +227,13 @@ def _arange_by_index(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     start, _, step = _arange_args(node)
     value = node.meta["val"]
     with graph.inserting_before(node):
-        index = graph.call_function(
+        index = _rewrites.add_node(
+            graph,
+            node,
             aten.arange.default,
             (value.shape[0],),
             {"dtype": torch.int64, "device": value.device},
         )
-        index.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
-        index.meta["val"] = value.to(torch.int64)
         wide = _rewrites.add_node(
             graph, node, prims.convert_element_type.default, (index, torch.float64)
         )
