@@ -20,7 +20,9 @@ rewrites') are marked below.
 #   functional torch._subclasses.functional_tensor.FunctionalTensor(Mode),
 #             torch._functionalize_has_(data|metadata)_mutation, torch._sync,
 #             torch._from_functional_tensor; aten._scaled_dot_product_attention_math
-#   Dynamo    torch._guards: detect_fake_mode, CompileContext, TracingContext;
+#   Dynamo    torch._guards: detect_fake_mode, CompileContext, TracingContext (and its
+#             fw_metadata: AOTAutograd's output layout); torch.compile's
+#             isolate_recompiles (2.13; absent in 2.11);
 #             torch._dynamo.utils.get_metrics_context (compile start, recompile reason);
 #             GraphModule.compile_subgraph_reason (graph breaks); torch._dynamo.exc.
 #             RestartAnalysis / SkipFrame (control flow); OptimizedModule.dynamo_ctx and
@@ -28,6 +30,8 @@ rewrites') are marked below.
 #             Tensor._dynamo_static_input_type (module state);
 #             torch._dynamo.optimize with a backend's ``backend_ctx_ctor`` and
 #             config._make_closure_patcher (tracing config per compiled callable)
+#   schemas   torch._C._check_schema_allow_fake_script_object (which overload takes
+#             these arguments); torch._prims_common.elementwise_dtypes (promotion)
 #   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode);
 #             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats)
 #   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
