@@ -445,3 +445,13 @@ def test_this_torch_isolates_each_compile_s_recompiles():
     # torch 2.11 has no isolate_recompiles: compile_with_dynamo then compiles without it
     # (checked on 2.11); the pinned torch has it.
     assert _torch_private.isolates_recompiles()
+
+
+def test_the_schema_and_promotion_helpers_read_torch_as_the_rewrites_need():
+    sub, ints = torch.ops.aten.sub, torch.tensor([1, 2])
+    assert not _torch_private.schema_accepts(sub.Tensor, (1.0, ints), {})
+    assert _torch_private.schema_accepts(sub.Tensor, (ints, ints), {})
+    assert _torch_private.schema_accepts(sub.Scalar, (ints, 1.0), {})
+    assert _torch_private.promoted_dtype(1.0, ints) == torch.float32
+    assert _torch_private.promoted_dtype(2, ints.to(torch.uint8)) == torch.uint8
+    assert _torch_private.aot_user_outputs() is None  # outside AOTAutograd's compile
