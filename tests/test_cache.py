@@ -3,13 +3,15 @@ decisions back; an entry that does not check out is rebuilt, never run."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
 import torch
 
 import ortlab
-from ortlab.backend import _cache
+from ortlab.backend import _backend, _cache, _torch_private
+from ortlab.backend._backend import warm_up
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -93,6 +95,51 @@ def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
     torch.testing.assert_close(out, expected)
     _, again = _compile_and_run(model, tmp_path, x)  # rebuilt and written again
     assert again.export_method == "cache"
+
+
+def _as_a_new_process(monkeypatch):
+    """Forgets which ops the exporter translates, and makes building its registry fail."""
+
+    def no_registry(*args):
+        raise AssertionError("the exporter's registry was built")
+
+    monkeypatch.setattr(_torch_private, "_KNOWN_TRANSLATIONS", {})
+    monkeypatch.setattr(_backend, "_TABLES_SEEN", set())
+    monkeypatch.setattr(_torch_private, "onnx_registry", functools.cache(no_registry))
+
+
+def test_a_first_call_from_the_cache_does_not_build_the_registry(tmp_path, monkeypatch):
+    model, x = _model(), torch.randn(3, 16)
+    with torch.no_grad():
+        expected = model(x)
+    _compile_and_run(model, tmp_path, x)
+    translated = _torch_private.translated_ops()
+    assert len(list((tmp_path / "tables").iterdir())) == 1  # the table was written
+    _as_a_new_process(monkeypatch)
+    out, session = _compile_and_run(model, tmp_path, x)
+    assert session.export_method == "cache"
+    torch.testing.assert_close(out, expected)
+    assert _torch_private.translated_ops().names == translated.names  # read from the table
+    # A miss exports, and builds the registry then: here, where that fails, the graph
+    # runs in PyTorch, visibly.
+    torch._dynamo.reset()
+    compiled = ortlab.compile(model, compile_cache=str(tmp_path))
+    y = torch.randn(5, 16)
+    with pytest.warns(ortlab.FallbackWarning, match="registry was built"), torch.no_grad():
+        torch.testing.assert_close(compiled(y), model(y))
+
+
+def test_a_damaged_table_of_translated_ops_is_rebuilt(tmp_path, monkeypatch):
+    cache = _cache.CompileCache(str(tmp_path))
+    warm_up(None, cache)
+    (table,) = (tmp_path / "tables").iterdir()
+    good = table.read_text()
+    table.write_text(good.replace("aten::add.Tensor", "aten::add.Tensr"))  # checksum fails
+    monkeypatch.setattr(_torch_private, "_KNOWN_TRANSLATIONS", {})
+    monkeypatch.setattr(_backend, "_TABLES_SEEN", set())
+    warm_up(None, cache)
+    assert table.read_text() == good
+    assert "aten::add.Tensor" in _torch_private.translated_ops().names
 
 
 def test_the_cache_is_bounded_and_cleared(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import onnx
 import pytest
 import torch
@@ -60,6 +62,30 @@ def test_warm_up_builds_what_a_later_compile_reuses():
     _torch_private.onnx_friendly_decompositions(19)
     assert _torch_private.onnx_registry.cache_info().hits == hits + 1
     assert _torch_private.onnx_friendly_decompositions.cache_info().hits == decomp_hits + 1
+
+
+def test_translated_ops_by_name_answer_as_the_registry_does():
+    """What the support rules and the decomposition table ask of the registry, answered
+    from the names alone (as read back from the compile cache)."""
+    import json
+
+    from torch._decomp import decomposition_table
+    from torch.onnx._internal.exporter import _decomp
+
+    registry = _torch_private.onnx_registry()
+    names = json.loads(json.dumps(sorted(_torch_private.TranslatedOps.of(registry).names)))
+    translated = _torch_private.TranslatedOps(names)
+    ops = [*decomposition_table, *(m[0].fx_target for m in registry.functions.values())]
+    ops += [operator.getitem, torch.ops.aten.add.Tensor, torch.ops.aten.add.default]
+    assert len(translated) > 400
+    assert [translated.is_registered(op) for op in ops] == [
+        registry.is_registered(op) for op in ops
+    ]
+    from_names = _decomp.create_onnx_friendly_decomposition_table(translated)
+    from_registry = _decomp.create_onnx_friendly_decomposition_table(
+        set(_decomp.get_onnx_implemented_overloads(registry))
+    )
+    assert from_names.keys() == from_registry.keys()
 
 
 def test_decomposition_table_keeps_registered_ops_whole():

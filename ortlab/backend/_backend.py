@@ -242,7 +242,7 @@ class OrtBackend:
         work = _export.copy_graph_module(graph_module)
         support = _support.OrtOperatorSupport(
             _support.Facts(
-                registry=context.registry,
+                registry=context.translated,
                 excluded_ops=tuple(self._options.excluded_ops),
                 input_aliases=(
                     _support.input_alias_outputs(work, alias_outputs)
@@ -408,16 +408,28 @@ class OrtBackend:
         return tuple(OrtBackend._instance_cache)
 
     # -- internals -----------------------------------------------------------------
+    def _warm_up(self) -> float:
+        """:func:`warm_up` for this backend's opset, with the translated ops' names read
+        from (or written to) its compile cache."""
+        return warm_up(
+            self._options.opset_version, _cache.open_cache(self._options.compile_cache)
+        )
+
     def _partition_context(self) -> _executor.PartitionContext:
         if self._context is None:
             options = self._options
+            translations = tuple(options.custom_translations or ())  # (op, function) pairs
             self._context = _executor.PartitionContext(
                 options=options,
                 observers=self._observers,
                 dumper=_dump.ModelDumper(),
-                registry=_torch_private.registry_with(
-                    options.opset_version,
-                    tuple(options.custom_translations or ()),  # (op, function) pairs
+                registry=functools.cache(
+                    functools.partial(
+                        _torch_private.registry_with, options.opset_version, translations
+                    )
+                ),
+                translated=_torch_private.translated_ops_with(
+                    options.opset_version, translations
                 ),
                 history=self._partition_event,
                 split=self._partition_split,
@@ -505,7 +517,7 @@ class OrtBackend:
     ) -> Any:
         """The ``aot_autograd`` strategy: AOTAutograd traces the joint graph and calls
         :meth:`_compile_boxed` for each graph it makes."""
-        origin.registry_seconds = warm_up(self._options.opset_version)
+        origin.registry_seconds = self._warm_up()
         compiler = functools.partial(self._compile_boxed, origin=origin)
         aot = _torch_private.aot_autograd_backend(
             fw_compiler=functools.partial(compiler, kind="forward"),
@@ -574,7 +586,7 @@ class OrtBackend:
     ) -> Callable[..., Any]:
         """The ``make_fx`` strategy: a functionalized ATen graph without AOTAutograd's
         runtime wrappers (inference; see ``_lowering.thin_inference_applies``)."""
-        origin.registry_seconds = warm_up(self._options.opset_version)
+        origin.registry_seconds = self._warm_up()
         start = time.perf_counter()
         with attention_lowering(example_inputs):
             aten = _torch_private.lower_to_aten(
@@ -817,14 +829,35 @@ def compile_with(
     return compiled
 
 
-def warm_up(opset_version: int | None = None) -> float:
+def warm_up(
+    opset_version: int | None = None, cache: _cache.CompileCache | None = None
+) -> float:
     """Builds the exporter's op registry and decomposition table for an opset (``None``:
     the default one) now; returns the seconds spent building them (0.0 when they were
     already built in this process).
 
-    That one-time cost per process (~1.5-2 s) is otherwise paid by the first graph
+    That one-time cost per process (~1.5-3 s) is otherwise paid by the first graph
     compiled (its ``registry`` timing), so call this before timing first calls.
+
+    With a compile ``cache``, the names of the ops the registry translates are read from
+    it when it has them for these versions of torch and onnxscript (and written to it
+    when not): then only the decomposition table is built here (~0.2 s), and the
+    registry itself only if a partition is exported (a cache miss).
     """
     start = time.perf_counter()
+    table = f"translated-ops-opset{opset_version or _torch_private.default_opset()}"
+    unseen = cache is not None and (cache.root, table) not in _TABLES_SEEN
+    if cache is not None and unseen:
+        _TABLES_SEEN.add((cache.root, table))
+        names = cache.load_names(table)
+        if names is not None:
+            _torch_private.adopt_translated_ops(opset_version, names)
+            unseen = False
     built = _torch_private.build_exporter_tables(opset_version)
+    if cache is not None and unseen:
+        cache.store_names(table, sorted(_torch_private.translated_ops(opset_version).names))
     return time.perf_counter() - start if built else 0.0
+
+
+_TABLES_SEEN: set[tuple[str, str]] = set()
+"""(cache directory, table) pairs :func:`warm_up` has read or written in this process."""

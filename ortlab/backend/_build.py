@@ -260,7 +260,8 @@ class Request:
     """The partition's graph (its PyTorch run checks a fused model)."""
     record: records.PartitionRecord
     options: _options.OrtBackendOptions
-    registry: Any
+    registry: Callable[[], Any]
+    """Builds (or returns) the exporter's registry; called only to export."""
     dumper: _dump.ModelDumper
     warned: set[str]
     """What was warned about already (once per backend)."""
@@ -488,7 +489,7 @@ def _export_step(
         frozen=request.frozen,
         transforms=options.pre_ort_model_transforms or (),
         opset_version=options.opset_version,
-        registry=request.registry,
+        registry=request.registry(),
         custom_translations=tuple(options.custom_translations or ()),
         fuse=fuse,
         optimize=request.optimize,

@@ -13,6 +13,10 @@ that a new process does not export, fuse, check and time the same partition agai
 #   entry = <key>/model.onnx + <key>/meta.json (the decisions: fused or not and why,
 #           threads and why, the clean-ups, the model's sha256)
 #
+# Beside the entries, ``tables/`` keeps the names of the ops the exporter's registry
+# translates, per opset and environment, so that a first call whose partitions all hit
+# never builds the registry (see ``_torch_private.TranslatedOps``).
+#
 # A partition whose model cannot be keyed (``pre_ort_model_transforms``: callables;
 # a custom translation whose source cannot be read) is not cached. An entry whose bytes
 # do not match their checksum, or that ONNX Runtime refuses, is deleted and rebuilt,
@@ -23,6 +27,7 @@ that a new process does not export, fuse, check and time the same partition agai
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -169,6 +174,45 @@ class CompileCache:
             except OSError:  # another process wrote it first
                 shutil.rmtree(staging, ignore_errors=True)
             self.evict()
+        except OSError:
+            return
+
+    def _names_path(self, table: str) -> str:
+        return os.path.join(self.root, "tables", f"{table}-{_environment_digest()[:24]}.json")
+
+    def load_names(self, table: str) -> list[str] | None:
+        """A list of names kept under ``table`` for this environment (versions, machine,
+        ortlab's backend code), or ``None`` (missing, or corrupt: then deleted)."""
+        path = self._names_path(table)
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            names = saved["names"]
+            digest = hashlib.sha256("\n".join(names).encode()).hexdigest()
+            if saved.get("format") == FORMAT and saved.get("sha256") == digest:
+                return [str(name) for name in names]
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        return None
+
+    def store_names(self, table: str, names: Sequence[str]) -> None:
+        """Keeps ``names`` under ``table`` (atomically; skipped if it cannot be written)."""
+        path = self._names_path(table)
+        saved = {
+            "format": FORMAT,
+            "names": list(names),
+            "sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(),
+        }
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, staging = tempfile.mkstemp(prefix=".incoming-", dir=os.path.dirname(path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(saved, f)
+            os.replace(staging, path)
         except OSError:
             return
 

@@ -73,8 +73,12 @@ class PartitionContext:
     """Called after every run in ONNX Runtime (a live list owned by the backend)."""
     dumper: _dump.ModelDumper
     """Writes exported models when a dump path is set."""
-    registry: Any
-    """The exporter's op registry the partitions are translated with."""
+    registry: Callable[[], Any]
+    """The exporter's op registry the partitions are translated with, built when first
+    asked for (a first call whose sessions all come from the compile cache never does)."""
+    translated: Any
+    """The ops that registry translates (``_torch_private.TranslatedOps``): what the support
+    rules ask, known without building it."""
     warned: set[str] = dataclasses.field(default_factory=set)
     """What was already warned about, once per backend: missing execution providers (by
     name), a dump path that cannot be written (``"dump_path"``)."""
@@ -268,7 +272,7 @@ class OrtPartitionModule:
             frozen={},
             transforms=options.pre_ort_model_transforms or (),
             opset_version=options.opset_version,
-            registry=self._context.registry,
+            registry=self._context.registry(),
             custom_translations=tuple(options.custom_translations or ()),
             fuse=False,
         )

@@ -70,7 +70,8 @@ class Facts:
     """What the rules know beyond the node itself: the graph's analyses and options."""
 
     registry: Any
-    """The exporter's op registry (``is_registered``)."""
+    """What the exporter's op registry translates: anything with ``is_registered``
+    (``_torch_private.TranslatedOps``, or the registry itself)."""
     excluded_ops: tuple[Any, ...] = ()
     """``OrtBackendOptions.excluded_ops``."""
     input_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)

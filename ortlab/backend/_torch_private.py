@@ -51,7 +51,7 @@ import logging
 import math as math_module
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
@@ -106,16 +106,85 @@ def onnx_registry(opset_version: int | None = None) -> Any:
         return _registration.ONNXRegistry.from_torchlib(opset_version=opset_version)
 
 
+class TranslatedOps:
+    """Which targets the exporter's registry translates, by name: all that the support
+    rules (``is_registered``) and the decomposition table (``in``) ask of the registry.
+
+    Building the registry costs 1.5-3 s per process (onnxscript builds every torchlib
+    function); a first call whose partitions all come from the compile cache exports
+    nothing, so it needs only these names, which the cache keeps beside its entries.
+    An op is named as the registry keys it: ``OpOverload.name()`` (``aten::add.Tensor``),
+    else the callable's module and qualified name (``_operator.getitem``).
+    """
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = frozenset(names)
+
+    @classmethod
+    def of(cls, registry: Any) -> TranslatedOps:
+        return cls(op_name(key) for key, metas in registry.functions.items() if metas)
+
+    def __contains__(self, target: object) -> bool:
+        return op_name(target) in self.names
+
+    def is_registered(self, target: object) -> bool:
+        return target in self
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def op_name(target: object) -> str:
+    """A target named as in :class:`TranslatedOps` (a string is already a name)."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__qualname__', repr(target))}"
+
+
+_KNOWN_TRANSLATIONS: dict[int, TranslatedOps] = {}
+"""Opset -> the ops translated at it, once known in this process (from the registry, or
+adopted from the compile cache by :func:`adopt_translated_ops`)."""
+
+
+def translated_ops(opset_version: int | None = None) -> TranslatedOps:
+    """The ops the exporter's registry translates at an opset (see :class:`TranslatedOps`);
+    builds the registry unless they are already known."""
+    opset = default_opset() if opset_version is None else opset_version
+    known = _KNOWN_TRANSLATIONS.get(opset)
+    if known is None:
+        known = _KNOWN_TRANSLATIONS.setdefault(opset, TranslatedOps.of(onnx_registry(opset)))
+    return known
+
+
+def translated_ops_known(opset_version: int | None = None) -> bool:
+    opset = default_opset() if opset_version is None else opset_version
+    return opset in _KNOWN_TRANSLATIONS
+
+
+def adopt_translated_ops(opset_version: int | None, names: Iterable[str]) -> None:
+    """Takes the translated ops' names for an opset from elsewhere (the compile cache,
+    keyed by the versions of torch and onnxscript), so that the registry is built only
+    when something is exported. A stale list cannot give a wrong number: translation
+    still uses the registry, so an op wrongly listed fails its export and runs in
+    PyTorch, and an op wrongly missing runs in PyTorch or decomposed."""
+    opset = default_opset() if opset_version is None else opset_version
+    _KNOWN_TRANSLATIONS.setdefault(opset, TranslatedOps(names))
+
+
 def build_exporter_tables(opset_version: int | None = None) -> bool:
-    """Builds (once per process and opset) the registry and decomposition table for an
-    opset; returns whether anything was built by this call."""
+    """Builds (once per process and opset) the translated ops and the decomposition table
+    for an opset, and the registry unless the translated ops were adopted; returns
+    whether anything was built by this call."""
 
     def misses() -> int:
         tables = (onnx_registry, onnx_friendly_decompositions)
         return sum(table.cache_info().misses for table in tables)
 
     before = misses()
-    onnx_friendly_decompositions(opset_version)  # builds the registry too
+    onnx_friendly_decompositions(opset_version)  # needs translated_ops(opset_version)
     return misses() > before
 
 
@@ -145,9 +214,9 @@ def onnx_friendly_decompositions(
 
     if opset_version is None:
         return onnx_friendly_decompositions(default_opset())
-    registry = onnx_registry(opset_version)
+    # The exporter's own table builder asks only ``op in translated`` of its set.
     table = _decomp.create_onnx_friendly_decomposition_table(
-        set(_decomp.get_onnx_implemented_overloads(registry))
+        translated_ops(opset_version)  # type: ignore[arg-type]
     )
     return {
         op: fn
@@ -171,13 +240,29 @@ def registry_with(
     registry = copy.copy(base)
     registry.functions = {k: list(v) for k, v in base.functions.items()}
     for op, function in translations:
-        if isinstance(op, torch._ops.OpOverloadPacket):
-            overloads = [getattr(op, name) for name in op.overloads()]
-        else:
-            overloads = [op]
-        for overload in overloads:
+        for overload in _overloads(op):
             registry.register_op(overload, function)
     return registry
+
+
+def translated_ops_with(
+    opset_version: int | None, translations: Sequence[tuple[Any, Callable[..., Any]]]
+) -> TranslatedOps:
+    """:func:`translated_ops` plus the ops of ``translations`` (as :func:`registry_with`
+    registers them), without building the registry when the ops are known."""
+    base = translated_ops(opset_version)
+    if not translations:
+        return base
+    return TranslatedOps(
+        base.names | {op_name(o) for op, _ in translations for o in _overloads(op)}
+    )
+
+
+def _overloads(op: Any) -> list[Any]:
+    """An op packet's overloads (an op: itself)."""
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, name) for name in op.overloads()]
+    return [op]
 
 
 @functools.cache
