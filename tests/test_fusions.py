@@ -3,6 +3,7 @@ apply, what the records say, and every way back to the unfused model."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -413,3 +414,47 @@ def test_a_batch_transposed_matmul_onnx_runtime_can_run_is_left_alone():
     (node,) = model.graph
     node.replace_input_with(1, ir.val("b3", ir.DataType.FLOAT, ir.Shape([3, 6, 5])))
     assert _fusions.explicit_batch_transposes(model) == 0
+
+
+@pytest.mark.parametrize("fusions", [False, True])
+def test_an_epsilon_is_never_optimized_away(fusions):
+    """onnxscript's no-op rules compare with an absolute tolerance of 1e-8: ``x + 1e-8``
+    was removed as ``x + 0``, and a zero row divided 0 by 0."""
+
+    def normalized_entropy(x):
+        unit = x / (x.norm(dim=-1, keepdim=True) + 1e-8)
+        p = x.softmax(-1)
+        return unit * 0.999995, -(p * torch.log(p + 1e-10)).sum(-1)
+
+    x = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0], [0.0, 90.0, 0.0, 0.0]])
+    compiled = ortlab.compile(normalized_entropy, ort_fusions=fusions, compile_cache=False)
+    with torch.no_grad():
+        for got, want in zip(compiled(x), normalized_entropy(x)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
+    (session,) = compiled.ortlab_backend.sessions
+    assert [n.op_type for n in session.model.graph.node].count("Add") >= 2
+
+
+def test_the_optimizer_keeps_additions_that_are_not_exactly_zero():
+    """Pins onnxscript: its optimizer reads the rules when called, and its own rules
+    remove ``x + 1e-8``; ``exact_no_ops`` keeps it and still removes ``x + 0``."""
+    from onnxscript import optimizer
+
+    def model(eps: float) -> ir.Model:
+        x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([3]))
+        c = ir.Value(name="c", const_value=ir.tensor(np.array(eps, np.float32)))
+        add = ir.node("Add", [x, c])
+        graph = ir.Graph(
+            [x], add.outputs, nodes=[add], initializers=[c], opset_imports={"": 20}
+        )
+        return ir.Model(graph, ir_version=10)
+
+    def adds_left(eps: float, exact: bool) -> int:
+        m = model(eps)
+        with _fusions.exact_no_ops() if exact else contextlib.nullcontext():
+            optimizer.optimize_ir(m)
+        return sum(n.op_type == "Add" for n in m.graph)
+
+    assert adds_left(1e-8, exact=False) == 0  # onnxscript's own rule
+    assert adds_left(1e-8, exact=True) == 1
+    assert adds_left(0.0, exact=True) == 0

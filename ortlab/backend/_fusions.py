@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -107,6 +108,70 @@ def quiet_onnxscript() -> Iterator[None]:
             logger.setLevel(level)
 
 
+# NOTE: onnxscript's optimizer removes ``x + 0``, ``x - 0``, ``x * 1`` and ``x / 1``
+# (``rewriter._DEFAULT_REWRITE_RULES``, its ``_no_op`` rules). Their constants are
+# pattern constants matched with ``math.isclose(value, expected, rel_tol=1e-5,
+# abs_tol=1e-8)``: ``x + 1e-8`` (an optimizer's eps: RMSprop's ``sqrt(v) + eps``,
+# Adagrad's 1e-10, ``x / (x.norm() + 1e-8)``) matched ``x + 0`` and was removed, so a
+# zero ``v`` gave 0/0 = NaN (a compiled RMSprop or Adagrad step put NaN in every
+# parameter element whose gradient was zero), and ``x * 0.999995`` matched ``x * 1``.
+# While ortlab runs the optimizer or the fusions, those four rules are replaced by ones
+# that remove a node only when its constant is exactly the neutral element. The
+# optimizer reads ``rewriter._DEFAULT_REWRITE_RULES`` when called (onnxscript 0.7), so the
+# swap is of that module attribute, under a lock (tests/test_fusions.py pins both).
+def _exact_no_op_rules() -> tuple[Any, ...]:
+    from onnxscript.rewriter import _ir_utils, pattern
+    from onnxscript.rewriter.rules.common import _no_op
+
+    def rules(op_type: str, neutral: int, commute: bool) -> list[Any]:
+        def target(op: Any, x: Any, c: Any) -> Any:
+            return getattr(op, op_type)(x, c)
+
+        def exactly(context: Any, x: Any, c: Any, **_: Any) -> bool:
+            value = _ir_utils.get_singleton_value(c, rank=0)
+            return value is not None and value == neutral
+
+        def identity(op: Any, x: Any, **_: Any) -> Any:
+            return op.Identity(x)
+
+        rule = pattern.RewriteRule(target, identity, exactly, name=f"{op_type}By{neutral}")
+        return list(rule.commute()) if commute else [rule]
+
+    return (
+        *rules("Mul", 1, True),
+        *rules("Add", 0, True),
+        *rules("Sub", 0, False),
+        *rules("Div", 1, False),
+        _no_op.dropout_zero_rule,
+        _no_op.dropout_inference_rule,
+    )
+
+
+@contextlib.contextmanager
+def exact_no_ops() -> Iterator[None]:
+    """onnxscript's optimizer (and the fusions, which run it) with the no-op rules that
+    remove a node only when its constant is exactly 0 or 1 (see the NOTE above)."""
+    from onnxscript import rewriter
+    from onnxscript.rewriter.rules.common import _no_op
+
+    with _RULES_LOCK:
+        before = rewriter._DEFAULT_REWRITE_RULES
+        tolerant = set(_no_op.rules.rules)
+        rewriter._DEFAULT_REWRITE_RULES = (
+            *_exact_no_op_rules(),
+            *(r for r in before if r not in tolerant),
+        )
+        try:
+            yield
+        finally:
+            rewriter._DEFAULT_REWRITE_RULES = before
+
+
+_RULES_LOCK = threading.RLock()
+"""Held while onnxscript's rules are swapped (two threads' optimizations, nested in the
+fusions' own)."""
+
+
 NO_PATTERNS_NOTE = "none of the fused operators' patterns is in the model"
 """``fusion_note`` of a model rewritten where no fusion applied."""
 
@@ -141,7 +206,7 @@ def fuse(model: ir.Model) -> dict[str, int]:
     """
     from onnxscript.rewriter import ort_fusions
 
-    with quiet_onnxscript():
+    with quiet_onnxscript(), exact_no_ops():
         _, counts = ort_fusions.optimize_for_ort(model)
     explicit_batch_transposes(model)
     applied = collections.Counter({name: n for name, n in counts.items() if n})
