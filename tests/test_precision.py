@@ -98,6 +98,26 @@ def test_a_bfloat16_autocast_training_step_runs_whole_in_onnx_runtime():
         assert len(graph.partitions) == 1
 
 
+def test_bfloat16_autocast_inference_runs_whole_in_onnx_runtime():
+    """Under ``no_grad`` and CPU autocast (``torch.is_autocast_enabled()`` alone asks
+    about CUDA's): every Linear used to be refused, its float32 inputs "returning"
+    bfloat16."""
+    model = causal_lm("Qwen2").eval()
+    ids = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(1))
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = torch.compile(model, backend=backend)(input_ids=ids).logits
+            expected = model(input_ids=ids).logits
+        exact = model(input_ids=ids).logits
+    assert got.dtype == expected.dtype == torch.bfloat16
+    # As far from float32 as eager's bfloat16 run is.
+    error, eagers = ((y.float() - exact).abs().max().item() for y in (got, expected))
+    assert error <= 2 * eagers + 1e-3, (error, eagers)
+    (graph,) = backend.graphs
+    assert not graph.eager_node_names and len(graph.partitions) == 1
+
+
 class _Ema(torch.nn.Module):
     def __init__(self):
         super().__init__()

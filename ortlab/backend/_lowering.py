@@ -22,6 +22,7 @@ tried in order, and the one place that handles their failures.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -176,6 +177,7 @@ def _next(
 
 
 _GRAD_MODE_TARGETS = ("_set_grad_enabled", "set_grad_enabled", "enable_grad", "inference_mode")
+_AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
 def thin_inference_applies(
@@ -189,11 +191,23 @@ def thin_inference_applies(
     glue around a small model. Input mutations and input aliases, which AOTAutograd would
     handle, stay in PyTorch through the support rules.
     """
-    if torch.is_grad_enabled() or torch.is_autocast_enabled():
+    # torch.is_autocast_enabled() without a device type is CUDA's autocast only: a
+    # graph captured under torch.autocast("cpu") was traced by make_fx with autocast on,
+    # so its nodes carry autocast's result dtypes (addmm of float32 inputs "returns"
+    # bfloat16) and ONNX Runtime refused every such node.
+    if torch.is_grad_enabled() or any(map(torch.is_autocast_enabled, _AUTOCAST_DEVICES)):
         return False
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "__name__", "") in (
             _GRAD_MODE_TARGETS
+        ):
+            return False
+        # Tensors Dynamo installs on the graph module (a compiled optimizer step's
+        # parameters and state) are real tensors make_fx cannot fakify or write to; only
+        # AOTAutograd lifts them into inputs ("mutating a non-functional tensor with a
+        # functional tensor", "Please convert all Tensors to FakeTensors first").
+        if node.op == "get_attr" and isinstance(
+            operator.attrgetter(str(node.target))(graph_module), torch.Tensor
         ):
             return False
     for value in example_inputs:
