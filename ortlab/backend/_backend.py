@@ -245,7 +245,9 @@ class OrtBackend:
                 registry=context.translated,
                 excluded_ops=tuple(self._options.excluded_ops),
                 input_aliases=(
-                    _support.input_alias_outputs(work, alias_outputs)
+                    _support.input_alias_outputs(
+                        work, alias_outputs, inference=kind == "inference"
+                    )
                     if keep_input_aliases
                     else {}
                 ),

@@ -679,11 +679,13 @@ def _returns_alias(target: Any) -> bool:
 
 
 def input_alias_outputs(
-    gm: torch.fx.GraphModule, outputs: range | None = None
+    gm: torch.fx.GraphModule, outputs: range | None = None, *, inference: bool = False
 ) -> dict[str, str]:
     """View chains from a graph input to a graph output (those at ``outputs``' positions;
     ``None``: every output), which must stay in PyTorch so the output keeps aliasing the
-    input (ORT would return a copy).
+    input (ORT would return a copy). With ``outputs`` given (AOTAutograd's user outputs),
+    or ``inference`` (the graph runs without autograd), views of another output returned
+    beside it stay too (:func:`_output_alias_outputs`).
 
     ::
 
@@ -723,16 +725,24 @@ def input_alias_outputs(
         producer = node.args[0]
         if isinstance(producer, torch.fx.Node) and producer.op == "call_function":
             pending.append(producer)
-    if outputs is not None:
-        forced.update(_output_alias_outputs(values, returned))
+    if outputs is not None or inference:
+        forced.update(_output_alias_outputs(values, returned, static_too=inference))
     return forced
 
 
-def _output_alias_outputs(users: list[Any], returned: Any) -> dict[str, str]:
+def _output_alias_outputs(
+    users: list[Any], returned: Any, *, static_too: bool = False
+) -> dict[str, str]:
     """View chains with symbolic arguments from one graph output to another of the
     user's (``y, y[:, : n // 2]``). AOTAutograd rebuilds such an output from its base
     output with ``as_strided`` on the compiled output's strides when it cannot replay the
-    views, which ONNX Runtime's copy does not have: the chain stays in PyTorch."""
+    views, which ONNX Runtime's copy does not have: the chain stays in PyTorch.
+
+    ``static_too`` (inference graphs): every such chain. Without autograd nothing
+    rebuilds the view (make_fx has no runtime wrappers, and AOTAutograd's inference
+    wrappers return the compiled outputs as they are): run in ONNX Runtime, ``y`` and
+    ``y[:, -1]`` would come back as two copies, and a write into one would no longer
+    show in the other."""
     every = list(returned) if isinstance(returned, (list, tuple)) else [returned]
     bases = {v for v in every if isinstance(v, torch.fx.Node)}
     forced: dict[str, str] = {}
@@ -748,12 +758,15 @@ def _output_alias_outputs(users: list[Any], returned: Any) -> dict[str, str]:
             node = node.args[0]
             if node in bases:
                 break
-        if node not in bases or not chain or not any(map(_has_symbolic_args, chain)):
+        if node not in bases or not chain:
             continue
+        if not static_too and not any(map(_has_symbolic_args, chain)):
+            continue
+        sizes = "" if static_too else ", with symbolic sizes,"
         for view in chain:
             forced[view.name] = (
-                "a view of another graph output, with symbolic sizes, returned as an "
-                "output: stays in PyTorch so the output keeps sharing that output's memory"
+                f"a view of another graph output{sizes} returned as an output: stays in "
+                "PyTorch so the output keeps sharing that output's memory"
             )
     return forced
 
