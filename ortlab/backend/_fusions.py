@@ -47,7 +47,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortlab import _closeness, errors
@@ -116,9 +116,35 @@ def quiet_onnxscript() -> Iterator[None]:
 # zero ``v`` gave 0/0 = NaN (a compiled RMSprop or Adagrad step put NaN in every
 # parameter element whose gradient was zero), and ``x * 0.999995`` matched ``x * 1``.
 # While ortlab runs the optimizer or the fusions, those four rules are replaced by ones
-# that remove a node only when its constant is exactly the neutral element. The
-# optimizer reads ``rewriter._DEFAULT_REWRITE_RULES`` when called (onnxscript 0.7), so the
-# swap is of that module attribute, under a lock (tests/test_fusions.py pins both).
+# that remove a node only when its constant is exactly the neutral element.
+#
+# Five more rules compute something else on some graphs, and are left out (what they
+# save is rare, or ONNX Runtime's own session optimizations do it again):
+# - ``FuseSuccessiveClip`` / ``FuseSuccessiveReluClip`` (default rules): Clip(Clip(x, a,
+#   b), c, d) becomes Clip(x, max(a, c), min(b, d)) and Relu(Clip(x, lo, hi)) becomes
+#   Clip(x, max(lo, 0), hi) whatever the bounds: ``clamp(clamp(x, 0, 1), 2, 3)`` gave 1
+#   for 2, ``relu(clamp(x, -3, -1))`` -1 for 0.
+# - ``FusedMatMulTranspose`` (``ort_fusions``): Transpose(FusedMatMul(x, y, transA=a,
+#   transB=b)) becomes FusedMatMul(y, x, transA=1-a, transB=1-b), where y's flag must be
+#   1-b and x's 1-a: ``(x.t() @ y).t()`` ran as ``y @ x.t()``.
+# - ``FusedMatMulDiv1/2`` (``ort_fusions``): Div(MatMul(x, y), c) becomes FusedMatMul with
+#   ``alpha=1/c``, a float32 attribute: a float64 model lost precision to float32's
+#   (3e-8 relative), and ``1/c`` overflows for ``|c| < 2.9e-39``.
+#
+# The optimizer reads ``rewriter._DEFAULT_REWRITE_RULES`` and the fusions
+# ``ort_fusions._core.ORT_PATTERN_REWRITE_RULES`` when called (onnxscript 0.7), so the
+# swap is of those module attributes, under a lock (tests/test_fusions.py pins both).
+_LEFT_OUT_RULES = frozenset(
+    {
+        "FuseSuccessiveClip",
+        "FuseSuccessiveReluClip",
+        "FusedMatMulTranspose",
+        "FusedMatMulDiv1",
+        "FusedMatMulDiv2",
+    }
+)
+
+
 def _exact_no_op_rules() -> tuple[Any, ...]:
     from onnxscript.rewriter import _ir_utils, pattern
     from onnxscript.rewriter.rules.common import _no_op
@@ -147,24 +173,31 @@ def _exact_no_op_rules() -> tuple[Any, ...]:
     )
 
 
+def _kept(rules: Iterable[Any]) -> list[Any]:
+    return [r for r in rules if getattr(r, "name", None) not in _LEFT_OUT_RULES]
+
+
 @contextlib.contextmanager
-def exact_no_ops() -> Iterator[None]:
-    """onnxscript's optimizer (and the fusions, which run it) with the no-op rules that
-    remove a node only when its constant is exactly 0 or 1 (see the NOTE above)."""
+def exact_rules() -> Iterator[None]:
+    """onnxscript's optimizer and fusions with the no-op rules that remove a node only
+    when its constant is exactly 0 or 1, and without the rules that compute something
+    else (see the NOTE above)."""
     from onnxscript import rewriter
+    from onnxscript.rewriter.ort_fusions import _core
     from onnxscript.rewriter.rules.common import _no_op
 
     with _RULES_LOCK:
-        before = rewriter._DEFAULT_REWRITE_RULES
+        before = rewriter._DEFAULT_REWRITE_RULES, _core.ORT_PATTERN_REWRITE_RULES
         tolerant = set(_no_op.rules.rules)
         rewriter._DEFAULT_REWRITE_RULES = (
             *_exact_no_op_rules(),
-            *(r for r in before if r not in tolerant),
+            *_kept(r for r in before[0] if r not in tolerant),
         )
+        _core.ORT_PATTERN_REWRITE_RULES = _kept(before[1])
         try:
             yield
         finally:
-            rewriter._DEFAULT_REWRITE_RULES = before
+            rewriter._DEFAULT_REWRITE_RULES, _core.ORT_PATTERN_REWRITE_RULES = before
 
 
 _RULES_LOCK = threading.RLock()
@@ -206,7 +239,7 @@ def fuse(model: ir.Model) -> dict[str, int]:
     """
     from onnxscript.rewriter import ort_fusions
 
-    with quiet_onnxscript(), exact_no_ops():
+    with quiet_onnxscript(), exact_rules():
         _, counts = ort_fusions.optimize_for_ort(model)
     explicit_batch_transposes(model)
     applied = collections.Counter({name: n for name, n in counts.items() if n})

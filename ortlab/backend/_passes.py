@@ -401,7 +401,7 @@ class OnnxscriptOptimizer(ir.passes.InPlacePass):
         fx_before = _fx_nodes(model)
         _mark_fx_nodes(model)
         try:
-            with _fusions.quiet_onnxscript(), _fusions.exact_no_ops():
+            with _fusions.quiet_onnxscript(), _fusions.exact_rules():
                 optimizer.optimize_ir(model)
         finally:
             _fold_marks(model)
