@@ -63,3 +63,18 @@ def test_onnxrt_alias_runs_code_written_for_the_old_backend():
     torch.testing.assert_close(compiled(x), f(x))
     (backend,) = ortlab.OrtBackend.get_cached_instances()
     assert backend.execution_count == 1
+
+
+def test_torch_compiles_mode_is_accepted_and_ignored():
+    """``mode=`` reaches the backend whenever it is not ``"default"`` (transformers'
+    ``CompileConfig`` passes ``"reduce-overhead"``); it raised a TypeError out of
+    ``torch.compile``."""
+
+    def f(x):
+        return torch.nn.functional.gelu(x @ x.T) + 1
+
+    x = torch.arange(16.0).reshape(4, 4) / 10
+    for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="ortlab", mode=mode)(x), f(x))
+    assert all(b.execution_count for b in ortlab.OrtBackend.get_cached_instances())

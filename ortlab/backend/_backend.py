@@ -677,8 +677,16 @@ def torch_compile_backend(
     example_inputs: Sequence[Any],
     *,
     options: _options.OrtBackendOptions | Mapping[str, Any] | None = None,
+    mode: str | None = None,
 ) -> Any:
-    """The function Dynamo calls for ``backend="ortlab"`` (and ``"onnxrt"``)."""
+    """The function Dynamo calls for ``backend="ortlab"`` (and ``"onnxrt"``).
+
+    ``mode`` is ``torch.compile``'s (passed whenever it is not ``"default"``; Hugging
+    Face's ``CompileConfig`` passes ``"reduce-overhead"`` by default): inductor's modes
+    mean nothing here, so it is accepted and ignored, as torch's ``eager`` and
+    ``aot_eager`` backends do (``options={"cuda_graphs": True}`` is ortlab's
+    reduce-overhead)."""
+    del mode
     return OrtBackend.get_cached_instance_for_options(options)(graph_module, example_inputs)
 
 
