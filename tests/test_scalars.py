@@ -72,3 +72,32 @@ def test_add_of_a_number_is_left_alone():
         torch.tensor([1, 2])
     )
     assert _scalars.for_onnx(gm) is gm
+
+
+def _put(x, i):
+    y = x * 2
+    y[i] = 7.0
+    return y
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, i: x[i] + 1,
+        _put,
+        lambda x, i: (x * 1).index_put((i,), torch.ones(()), accumulate=True),
+    ],
+    ids=["index", "setitem", "index_put-accumulate"],
+)
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_int32_indices_run_in_ort(fn, grad):
+    """PyTorch indexes with int32 tensors as with int64 (flex attention's block masks);
+    GatherND/ScatterND take int64 only, and ONNX Runtime refused the model."""
+    x = torch.arange(12.0).reshape(4, 3)
+    i = torch.tensor([3, 0, 3], dtype=torch.int32)
+    with torch.set_grad_enabled(grad):
+        out, graphs = _compiled_graphs(fn, x, i)
+        torch.testing.assert_close(out, fn(x, i), rtol=0, atol=0)
+    for graph in graphs:
+        assert graph.eager_node_names == (), [graph.verdict(n) for n in graph.eager_node_names]
+        assert not graph.split_partitions

@@ -24,6 +24,15 @@ contract: a rewritten copy, or the graph itself when nothing applies).
 #
 # Rounding integers. ``floor``/``ceil``/``round``/``trunc`` of an integer (or bool) tensor
 # return it unchanged in PyTorch; ONNX's Floor... take floats only. They become a copy.
+#
+# int32 indices. PyTorch indexes with int32 tensors as with int64 ones (``x[i]``,
+# ``x[i] = v``, ``index_put``; flex attention's block masks are int32); torchlib passes
+# them to GatherND / ScatterND, which take int64 only, and ONNX Runtime refused the
+# model ("Type 'tensor(int32)' of input parameter ... of operator (GatherND) is
+# invalid"): the partition was split around the node. They are cast to int64 first:
+#
+#   before                        after
+#   index.Tensor(x, [i:i32])      index.Tensor(x, [_to_copy(i, int64)])
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
         or _fractional_arange(n)
         or _numbers_in_tensor_slots(n)
         or _rounds_integers(n)
+        or _int32_indices(n)
         for n in graph_module.graph.nodes
     ):
         return graph_module
@@ -51,7 +61,70 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     explicit_arange_dtypes(rewritten)
     numbers_as_tensors(rewritten)
     integer_rounding_as_copies(rewritten)
+    int32_indices_as_int64(rewritten)
     return rewritten
+
+
+# -- int32 indices --------------------------------------------------------------------------
+
+_INDEXING = frozenset(
+    op
+    for op in (
+        getattr(getattr(torch.ops.aten, name, None), overload, None)
+        for name, overload in (
+            ("index", "Tensor"),
+            ("_unsafe_index", "Tensor"),
+            ("index_put", "default"),
+            ("_unsafe_index_put", "default"),
+        )
+    )
+    if op is not None
+)
+"""Ops whose second argument is a list of optional index tensors."""
+
+
+def _int32_indices(node: torch.fx.Node) -> list[int]:
+    """Positions, in an indexing node's list of indices, of the int32 tensors."""
+    if node.op != "call_function" or node.target not in _INDEXING or len(node.args) < 2:
+        return []
+    indices = node.args[1]
+    if not isinstance(indices, (list, tuple)):
+        return []
+    return [
+        i
+        for i, index in enumerate(indices)
+        if isinstance(index, torch.fx.Node)
+        and isinstance(_rewrites.fake_value(index), torch.Tensor)
+        and _rewrites.fake_value(index).dtype == torch.int32
+    ]
+
+
+def int32_indices_as_int64(graph_module: torch.fx.GraphModule) -> int:
+    """Casts the int32 index tensors of ``index``/``index_put`` (and their unsafe
+    forms) to int64, in place (the same elements: PyTorch indexes with both alike);
+    returns how many nodes changed."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        positions = _int32_indices(node)
+        if not positions:
+            continue
+        indices = list(node.args[1])  # type: ignore[arg-type]
+        with graph.inserting_before(node):
+            for i in positions:
+                indices[i] = _rewrites.add_node(
+                    graph,
+                    node,
+                    torch.ops.aten._to_copy.default,
+                    (indices[i],),
+                    {"dtype": torch.int64},
+                )
+        node.args = (node.args[0], indices, *node.args[2:])
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
 
 
 # -- Python numbers in tensor arguments ---------------------------------------------------
