@@ -340,3 +340,19 @@ def test_the_thin_path_chooses_the_attention_lowering_by_the_inputs(monkeypatch)
             compiled(q), torch.nn.functional.scaled_dot_product_attention(q, q, q) + 1
         )
     assert seen == [["cpu"]]
+
+
+def test_a_pad_of_symbolic_size_lowers_without_aot_autograd():
+    """``F.pad(x, (0, (-n) % 4))`` with every size symbolic reached a C++ kernel that
+    takes concrete sizes ("SymIntArrayRef expected to contain only concrete integers"):
+    make_fx failed, with a warning, and AOTAutograd lowered the graph."""
+
+    def fn(x):
+        return torch.nn.functional.pad(x * 2, (0, (-x.shape[-1]) % 4)) + 1
+
+    compiled = ortlab.compile(fn, dynamic=True)
+    with torch.no_grad():
+        for shape in [(2, 5), (3, 7), (3, 6)]:
+            x = torch.arange(float(shape[0] * shape[1])).reshape(shape)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
+    assert {g.lowering for g in compiled.ortlab_backend.graphs} == {"make_fx"}

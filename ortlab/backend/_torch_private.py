@@ -32,6 +32,7 @@ rewrites') are marked below.
 #             config._make_closure_patcher (tracing config per compiled callable)
 #   schemas   torch._C._check_schema_allow_fake_script_object (which overload takes
 #             these arguments); torch._prims_common.elementwise_dtypes (promotion)
+#   dispatch  torch._dispatch.python.enable_python_dispatcher (make_fx on symbolic sizes)
 #   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode);
 #             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats)
 #   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
@@ -856,13 +857,22 @@ def lower_to_aten(
     - Real inputs are fakified with the symbolic context Dynamo recorded for them (as
       AOTAutograd's ``process_inputs`` does), so the ATen graph reuses Dynamo's symbols.
     """
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._guards import TracingContext
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx import traceback as fx_traceback
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    symbolic_sizes = False
+
     def replay(*args: Any) -> Any:
-        with fx_traceback.preserve_node_meta():
+        # With symbolic sizes, under the Python dispatcher, as AOTAutograd and
+        # make_fx(tracing_mode="symbolic") trace: without it a CompositeExplicitAutograd
+        # kernel taking an IntArrayRef (constant_pad_nd) is reached with SymInts
+        # ("SymIntArrayRef expected to contain only concrete integers":
+        # F.pad(x, (0, (-n) % 4)) with every dim symbolic). Static graphs trace as before.
+        dispatcher = enable_python_dispatcher() if symbolic_sizes else contextlib.nullcontext()
+        with fx_traceback.preserve_node_meta(), dispatcher:
             return torch.fx.Interpreter(graph_module).run(*args)
 
     functional = functionalized(replay)
@@ -891,6 +901,14 @@ def lower_to_aten(
                 else:
                     example = node.meta.get("example_value")
                     fakes.append(example if isinstance(example, torch.SymInt) else x)
+            symbolic_sizes = any(
+                isinstance(f, torch.SymInt)
+                or (
+                    isinstance(f, torch.Tensor)
+                    and any(isinstance(s, torch.SymInt) for s in f.shape)
+                )
+                for f in fakes
+            )
             lowered = make_fx(functional, decomposition_table=decompositions)(*fakes)
     # make_fx keeps values nothing reads (e.g. a module's eps passed as a 0-d tensor and
     # read with .item()); they would run eagerly on every call. Mutations are impure and stay.
