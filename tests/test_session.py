@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import ortlab
 from ortlab import OrtBackend, OrtBackendOptions
 from ortlab.backend import _session
 
@@ -95,3 +96,27 @@ def test_the_cuda_provider_uses_tf32_as_pytorch_does():
         assert cuda_options(use_tf32="0", device_id="0") == {"use_tf32": "0", "device_id": "0"}
     finally:
         matmul.allow_tf32 = before
+
+
+def test_float64_matrix_products_keep_float64_scales():
+    """ONNX Runtime's MatMulScaleFusion folds ``/ 3`` into a float32 ``alpha``: a float64
+    ``(a @ b) / 3`` was off by 3e-8 relative, attention by 4e-7. Float32 keeps it."""
+
+    def fn(a, b):
+        q = a[None, None]
+        attention = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        return (a @ b) / 3, attention
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(8, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    compiled = ortlab.compile(fn, compile_cache=False)
+    with torch.no_grad():
+        for got, want in zip(compiled(a, b), fn(a, b)):
+            assert ((got - want).abs().max() / want.abs().max()).item() < 1e-13
+    (session,) = compiled.ortlab_backend.sessions
+    assert _session.inexact_optimizers(session.model) == ("MatMulScaleFusion",)
+    float32 = ortlab.compile(fn, compile_cache=False)
+    with torch.no_grad():
+        float32(a.float(), b.float())
+    (session,) = float32.ortlab_backend.sessions
+    assert _session.inexact_optimizers(session.model) == ()

@@ -442,7 +442,11 @@ def _from_cache(request: Request, hit: _cache.Hit, runner_kwargs: dict[str, Any]
     data = model.SerializeToString()
     start = time.perf_counter()
     session = _session.create_session(
-        data, request.providers, request.options.ort_session_options, decisions.threads
+        data,
+        request.providers,
+        request.options.ort_session_options,
+        decisions.threads,
+        disabled_optimizers=_session.inexact_optimizers(model),
     )
     runner = _runtime.OrtRunner(session, model, **runner_kwargs)
     timings = {"cache": hit.seconds, "session": time.perf_counter() - start}
@@ -546,8 +550,12 @@ def _open(
         if graphed is not None:
             return graphed, _threads.initial(options, providers[0][0])[0], ""
 
+    inexact = _session.inexact_optimizers(model)
+
     def make(threads: int | None) -> _runtime.OrtRunner:
-        made = _session.create_session(data, providers, options.ort_session_options, threads)
+        made = _session.create_session(
+            data, providers, options.ort_session_options, threads, disabled_optimizers=inexact
+        )
         return _runtime.OrtRunner(made, model, **runner_kwargs)
 
     runner, choice = _threads.choose(
@@ -568,6 +576,7 @@ def _regrown(
         request.providers,
         request.options.ort_session_options,
         threads,
+        disabled_optimizers=_session.inexact_optimizers(model),
     )
     return _runtime.OrtRunner(session, model, **runner_kwargs)
 
@@ -590,7 +599,10 @@ def _cuda_graph_runner(
     ]
     try:
         session = _session.create_session(
-            data, with_graph, request.options.ort_session_options
+            data,
+            with_graph,
+            request.options.ort_session_options,
+            disabled_optimizers=_session.inexact_optimizers(model),
         )
         return _runtime.StaticBindingRunner(session, model, **runner_kwargs), ""
     except Exception as e:  # e.g. a node ORT placed on the CPU provider

@@ -23,6 +23,7 @@ import torch
 from ortlab import errors
 
 if TYPE_CHECKING:
+    import onnx
     import onnxruntime
 
 CPU = "CPUExecutionProvider"
@@ -119,17 +120,52 @@ def default_session_options(threads: int | None = None) -> onnxruntime.SessionOp
     return so
 
 
+# NOTE: ONNX Runtime's MatMulScaleFusion (level EXTENDED, on by default) folds a
+# MatMul's Mul or Div by a scalar into com.microsoft FusedMatMul's ``alpha``, a float32
+# attribute (``1/c`` for a Div). In a float64 model that rounds the scale to float32:
+# ``(a @ b) / 3`` was off by 3e-8 relative, float64 attention by 4e-7 (1e-16 without it).
+# Models that compute in float64 are made without it.
+_FLOAT64_INEXACT = ("MatMulScaleFusion",)
+
+
+def inexact_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
+    """ONNX Runtime optimizers this model must be made without (see the NOTE above):
+    those that round float64 to float32, when the model has a float64 input, output,
+    initializer or cast."""
+    import onnx
+
+    double = onnx.TensorProto.DOUBLE
+    graph = model.graph
+    values = (*graph.input, *graph.output)
+    if (
+        any(v.type.tensor_type.elem_type == double for v in values)
+        or any(t.data_type == double for t in graph.initializer)
+        or any(
+            a.name == "to" and a.i == double
+            for n in graph.node
+            if n.op_type == "Cast"
+            for a in n.attribute
+        )
+    ):
+        return _FLOAT64_INEXACT
+    return ()
+
+
 def create_session(
     model_bytes: bytes,
     providers: Sequence[Provider],
     session_options: onnxruntime.SessionOptions | None,
     threads: int | None = None,
+    *,
+    disabled_optimizers: Sequence[str] = (),
 ) -> onnxruntime.InferenceSession:
     """Creates the session, turning ORT's refusal into a :class:`SessionError`.
 
     Args:
         session_options: The user's options, used as given; ``None``: ortlab's defaults
             with ``threads`` intra-op threads (``None``: ``torch.get_num_threads()``).
+        disabled_optimizers: ONNX Runtime optimizers to leave out
+            (:func:`inexact_optimizers`).
     """
     import onnxruntime
 
@@ -139,6 +175,7 @@ def create_session(
             sess_options=session_options or default_session_options(threads),
             providers=[name for name, _ in providers],
             provider_options=[opts for _, opts in providers],
+            disabled_optimizers=list(disabled_optimizers) or None,
         )
     except Exception as e:
         raise errors.SessionError(
