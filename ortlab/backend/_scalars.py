@@ -68,17 +68,12 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
 # -- int32 indices --------------------------------------------------------------------------
 
 _INDEXING = frozenset(
-    op
-    for op in (
-        getattr(getattr(torch.ops.aten, name, None), overload, None)
-        for name, overload in (
-            ("index", "Tensor"),
-            ("_unsafe_index", "Tensor"),
-            ("index_put", "default"),
-            ("_unsafe_index_put", "default"),
-        )
-    )
-    if op is not None
+    {
+        torch.ops.aten.index.Tensor,
+        torch.ops.aten._unsafe_index.Tensor,
+        torch.ops.aten.index_put.default,
+        torch.ops.aten._unsafe_index_put.default,
+    }
 )
 """Ops whose second argument is a list of optional index tensors."""
 
@@ -90,12 +85,11 @@ def _int32_indices(node: torch.fx.Node) -> list[int]:
     indices = node.args[1]
     if not isinstance(indices, (list, tuple)):
         return []
+    values = [i.meta.get("val") if isinstance(i, torch.fx.Node) else None for i in indices]
     return [
         i
-        for i, index in enumerate(indices)
-        if isinstance(index, torch.fx.Node)
-        and isinstance(_rewrites.fake_value(index), torch.Tensor)
-        and _rewrites.fake_value(index).dtype == torch.int32
+        for i, value in enumerate(values)
+        if isinstance(value, torch.Tensor) and value.dtype == torch.int32
     ]
 
 
