@@ -168,3 +168,25 @@ def test_transforms_make_a_partition_unkeyable(tmp_path):
     _compile_and_run(model, tmp_path, x, **kwargs)
     _, session = _compile_and_run(model, tmp_path, x, **kwargs)
     assert session.export_method == "direct"
+
+
+def test_a_float64_model_from_the_cache_keeps_float64_scales(tmp_path):
+    """The session made from a cache entry leaves out ONNX Runtime's MatMulScaleFusion for
+    float64 models too (see ``_session.inexact_optimizers``): 3e-8 relative otherwise."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(8, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    model = _Scaled().double().eval()
+    expected = model(a, b)
+    for method in ("direct", "cache"):
+        torch._dynamo.reset()
+        compiled = ortlab.compile(model, compile_cache=str(tmp_path))
+        with torch.no_grad():
+            got = compiled(a, b)
+        (session,) = compiled.ortlab_backend.sessions
+        assert session.export_method == method
+        assert ((got - expected).abs().max() / expected.abs().max()).item() < 1e-13
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, a, b):
+        return (a @ b) / 3
