@@ -565,3 +565,47 @@ def test_a_fractional_arange_has_pytorchs_length(fn):
     assert got.shape == expected.shape and got.dtype == expected.dtype
     torch.testing.assert_close(got, expected)
     assert_all_in_onnx_runtime(backend)
+
+
+# -- empty tensors -------------------------------------------------------------------------
+
+_OF_EMPTY = {
+    "mean": lambda x: x.mean(-1),
+    "sum": lambda x: x.sum(-1),
+    "amax": lambda x: x.amax(-1),
+    "argmax": lambda x: x.argmax(-1),
+    "logsumexp": lambda x: x.logsumexp(-1),
+    "norm": lambda x: x.norm(dim=-1),
+    "mean over the empty dim": lambda x: x.mean(0),
+    "matmul": lambda x: x @ x.transpose(-1, -2),
+}
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (2, 0, 5)], ids=str)
+@pytest.mark.parametrize("name", list(_OF_EMPTY))
+def test_ops_that_reduce_an_empty_tensor_give_eagers_shape_and_values(name, shape):
+    # ONNX Runtime's reductions return their input's shape for an empty input (mean(-1)
+    # of (0, 5) came back (0, 5); sum(-1) of (3, 0) came back empty, not three zeros).
+    fn = _OF_EMPTY[name]
+    x = torch.ones(shape)
+    try:
+        expected = fn(x)
+    except (IndexError, RuntimeError):
+        pytest.skip("eager refuses this op on this shape too")
+    with torch.no_grad():
+        result = torch.compile(fn, backend=ortlab.OrtBackend())(x)
+    assert result.shape == expected.shape
+    torch.testing.assert_close(result, expected, equal_nan=True)
+
+
+def test_elementwise_ops_on_an_empty_tensor_stay_in_onnx_runtime():
+    backend = ortlab.OrtBackend()
+    x = torch.ones(3, 0)
+    with torch.no_grad():
+        result = torch.compile(lambda x: (x.relu() * 2).sum(-1) + 1, backend=backend)(x)
+    torch.testing.assert_close(result, torch.ones(3))
+    (graph,) = backend.graphs
+    assert [(v.target, v.rule) for v in graph.verdicts if not v.supported] == [
+        ("aten.sum.dim_IntList", "empty-input")
+    ]
+    assert {"relu", "mul"} <= set(graph.ort_node_names)

@@ -311,6 +311,32 @@ def _unsupported_dtype(node: torch.fx.Node, facts: Facts) -> Decision | None:
     return None
 
 
+def _empty_input(node: torch.fx.Node, facts: Facts) -> Decision | None:
+    """An op that reads a tensor with no elements and gives another shape (a reduction,
+    a matrix product): ONNX Runtime's reductions get empty inputs wrong (``mean(-1)`` of a
+    (0, 5) tensor comes back (0, 5), not (0,); ``sum(-1)`` of a (3, 0) tensor comes back
+    empty, not zeros), and such an op costs nothing in PyTorch. Ops that keep the shape
+    (elementwise) run in ONNX Runtime."""
+    value = node.meta.get("val")
+    results = _tensors_in(value)
+    for arg in (*node.args, *node.kwargs.values()):
+        args = arg if isinstance(arg, (list, tuple)) else (arg,)
+        for a in args:
+            if not isinstance(a, torch.fx.Node):
+                continue
+            for t in _tensors_in(a.meta.get("val")):
+                if _torch_private.surely_empty(t) and not all(
+                    _torch_private.surely_same_shape(r, t) for r in results
+                ):
+                    return Decision(
+                        False,
+                        f"reads an empty tensor of shape {tuple(t.shape)} and gives "
+                        "another shape; ONNX Runtime gets such ops wrong (its reductions "
+                        "return their input's shape), so it runs in PyTorch",
+                    )
+    return None
+
+
 _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
     torch.ops.aten.avg_pool2d.default: (
         lambda node: _schema_arg(node, "divisor_override") is not None,
@@ -526,6 +552,7 @@ RULES: tuple[Rule, ...] = (
     Rule("storage-reader", _storage_reader),
     Rule("in-place", _in_place),
     Rule("unsupported-dtype", _unsupported_dtype),
+    Rule("empty-input", _empty_input),
     Rule("random", _random),
     Rule("batch-norm-training", _batch_norm_training),
     Rule("no-translation", _no_translation),

@@ -741,6 +741,23 @@ def surely_plain(value: torch.Tensor) -> bool:
     return True
 
 
+def surely_empty(value: torch.Tensor) -> bool:
+    """Whether a (fake) tensor provably has no elements (a size statically 0), without
+    adding a guard on its symbolic sizes."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return any(statically_known_true(size == 0) for size in value.shape)
+
+
+def surely_same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two (fake) tensors provably have the same shape, without adding guards."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return a.dim() == b.dim() and all(
+        statically_known_true(x == y) for x, y in zip(a.shape, b.shape)
+    )
+
+
 def nodes_as_graph_module(
     graph_module: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]
 ) -> tuple[torch.fx.GraphModule, tuple[torch.fx.Node, ...]]:
