@@ -97,6 +97,23 @@ def test_function_that_enables_grad_inside_uses_aot_autograd():
     assert all(g.lowering == "aot_autograd" for g in compiled.ortlab_backend.graphs)
 
 
+def test_arguments_sharing_memory_see_each_others_writes_as_in_eager():
+    # make_fx traced two overlapping views as independent tensors: b read a's old values.
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    backend = ortlab.OrtBackend()
+    base, expected_base = torch.arange(10.0), torch.arange(10.0)
+    expected = f(expected_base[:8], expected_base[2:])
+    with torch.no_grad():
+        result = torch.compile(f, backend=backend)(base[:8], base[2:])
+    torch.testing.assert_close(result, expected)
+    torch.testing.assert_close(base, expected_base)
+    (graph,) = backend.graphs
+    assert graph.lowering == "aot_autograd"
+
+
 def test_dead_nodes_are_removed_from_inference_graphs():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     compiled = ortlab.compile(model)

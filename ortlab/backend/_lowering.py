@@ -185,7 +185,8 @@ def thin_inference_applies(
 ) -> bool:
     """Whether this graph can skip AOTAutograd: it was captured with grad disabled (and
     Dynamo guards on grad mode, so it only ever runs that way), nothing inside switches grad
-    mode back on, no autocast, and every input is a plain tensor or number.
+    mode back on, no autocast, every input is a plain tensor or number, and no two
+    inputs share memory.
 
     Skipping AOTAutograd's runtime wrappers saves ~0.1 ms per call, which is most of the
     glue around a small model. Input mutations and input aliases, which AOTAutograd would
@@ -210,6 +211,11 @@ def thin_inference_applies(
             operator.attrgetter(str(node.target))(graph_module), torch.Tensor
         ):
             return False
+    # Arguments that share memory (f(base[:8], base[2:]) writing one, reading the other):
+    # make_fx traces them as independent tensors, so a read missed the write; AOTAutograd
+    # rebuilds both from one base, as eager sees them.
+    if _torch_private.inputs_share_memory(example_inputs):
+        return False
     for value in example_inputs:
         if isinstance(value, torch.Tensor) and type(value) not in (
             torch.Tensor,

@@ -741,6 +741,19 @@ def surely_plain(value: torch.Tensor) -> bool:
     return True
 
 
+def inputs_share_memory(values: Sequence[Any]) -> bool:
+    """Whether two of the (real or fake) tensors among ``values`` are views of one
+    storage (overlapping slices of one tensor passed as two arguments)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    storages = [
+        StorageWeakRef(v.untyped_storage())
+        for v in values
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided
+    ]
+    return len(set(storages)) < len(storages)
+
+
 def surely_empty(value: torch.Tensor) -> bool:
     """Whether a (fake) tensor provably has no elements (a size statically 0), without
     adding a guard on its symbolic sizes."""
