@@ -146,6 +146,12 @@ def _arg_dtypes(arg: Any) -> list[torch.dtype]:
     return []
 
 
+def _has_float64(gm: torch.fx.GraphModule) -> bool:
+    """Whether any value of the graph is a float64 tensor (its Python floats are then
+    translated as DOUBLE constants, see ``_torch_private.translate_fx_graph``)."""
+    return any(torch.float64 in _value_dtypes(node.meta.get("val")) for node in gm.graph.nodes)
+
+
 def _needs_type_promotion(gm: torch.fx.GraphModule) -> bool:
     """Whether the exporter's type-promotion pass could change anything in this graph.
 
@@ -254,7 +260,11 @@ def _translated(t: _Translation, timings: dict[str, float]) -> Any:
 
     start = time.perf_counter()
     model = _torch_private.translate_fx_graph(
-        work, name=t.name, opset_version=t.opset_version, registry=t.registry
+        work,
+        name=t.name,
+        opset_version=t.opset_version,
+        registry=t.registry,
+        exact_floats=_has_float64(work),
     )
     if "" not in model.opset_imports:
         # Nodes that all translate to nothing (a mean over the one dim of a 0-d tensor)

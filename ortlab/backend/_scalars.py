@@ -49,7 +49,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The graph with this module's rewrites applied: a rewritten copy, or
     ``graph_module`` itself when none applies (it is never modified)."""
     if not any(
-        _implicit_arange_dtype(n)
+        _implicit_factory_dtype(n)
         or _fractional_arange(n)
         or _numbers_in_tensor_slots(n)
         or _rounds_integers(n)
@@ -58,7 +58,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     ):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
-    explicit_arange_dtypes(rewritten)
+    explicit_factory_dtypes(rewritten)
     numbers_as_tensors(rewritten)
     integer_rounding_as_copies(rewritten)
     int32_indices_as_int64(rewritten)
@@ -230,26 +230,46 @@ _ARANGES = frozenset(
 )
 
 
-def _implicit_arange_dtype(node: torch.fx.Node) -> bool:
+_FACTORIES = _ARANGES | frozenset(
+    {
+        torch.ops.aten.full.default,
+        torch.ops.aten.zeros.default,
+        torch.ops.aten.ones.default,
+        torch.ops.aten.scalar_tensor.default,
+        torch.ops.aten.linspace.default,
+        torch.ops.aten.logspace.default,
+        torch.ops.aten.empty.memory_format,
+        torch.ops.aten.eye.default,
+        torch.ops.aten.eye.m,
+    }
+)
+"""Ops that make a tensor of the default dtype when given none."""
+
+
+def _implicit_factory_dtype(node: torch.fx.Node) -> bool:
     return (
         node.op == "call_function"
-        and node.target in _ARANGES
+        and node.target in _FACTORIES
         and node.kwargs.get("dtype") is None
         and isinstance(node.meta.get("val"), torch.Tensor)
     )
 
 
-def explicit_arange_dtypes(graph_module: torch.fx.GraphModule) -> int:
-    """Gives every ``arange`` without a ``dtype`` its result's, and writes a fractional
-    one as ``start + i * step`` (:func:`_fractional_arange`), in place; returns how many
-    changed. PyTorch infers the dtype from all the bounds (``arange(1, 2.5)`` is float32),
-    torchlib's translation from the start alone (it made int64 ``[1, 2]``)."""
+def explicit_factory_dtypes(graph_module: torch.fx.GraphModule) -> int:
+    """Gives every ``arange`` (and ``ones``, ``zeros``, ``full``... :data:`_FACTORIES`)
+    without a ``dtype`` its result's, and writes a fractional ``arange`` as
+    ``start + i * step`` (:func:`_fractional_arange`), in place; returns how many
+    changed. PyTorch infers arange's dtype from all the bounds (``arange(1, 2.5)`` is
+    float32), torchlib's translation from the start alone (it made int64 ``[1, 2]``);
+    the other factories take the default dtype, which torchlib's translations take to be
+    float32 (under ``torch.set_default_dtype(torch.float64)`` ONNX Runtime refused
+    ``ones(5)``: declared double, made float)."""
     changed = 0
     graph = graph_module.graph
     for node in list(graph.nodes):
         if _fractional_arange(node):
             _arange_by_index(graph, node)
-        elif _implicit_arange_dtype(node):
+        elif _implicit_factory_dtype(node):
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
         else:
             continue

@@ -596,6 +596,7 @@ def translate_fx_graph(
     name: str,
     opset_version: int | None = None,
     registry: Any = None,
+    exact_floats: bool = False,
 ) -> ir.Model:
     """Translates an ATen-level FX graph to an ``onnx_ir.Model`` node by node.
 
@@ -604,6 +605,9 @@ def translate_fx_graph(
     ``torch.onnx.export``, torchlib's translations are written for its base opset (18)
     and the model is then converted to the target opset (the registry picks newer
     translations, such as ``Gelu``, where the target has them).
+
+    ``exact_floats``: Python numbers an op takes without a dtype to follow become
+    DOUBLE constants, not FLOAT ones (see :func:`_python_floats_as_double`).
     """
     import onnx_ir as ir
     from onnxscript import version_converter
@@ -615,7 +619,8 @@ def translate_fx_graph(
         producer_name="ortlab",
         producer_version=torch.__version__,
     )
-    with quiet_exporter():
+    exact = _python_floats_as_double() if exact_floats else contextlib.nullcontext()
+    with quiet_exporter(), exact:
         _core._translate_fx_graph(
             graph_module.graph,
             model,
@@ -629,6 +634,42 @@ def translate_fx_graph(
     if model.opset_imports.get("", target) != target:
         version_converter.convert_version(model, target, fallback=True)
     return model
+
+
+@contextlib.contextmanager
+def _python_floats_as_double() -> Iterator[None]:
+    """While the exporter translates, a Python float passed where nothing fixes the
+    dtype becomes a DOUBLE constant, not a FLOAT one.
+
+    The exporter's ``_building._determine_input_dtype`` makes such a number FLOAT
+    (torchlib's ``masked_fill`` is ``CastLike(value, self)``; ``full``, ``where``,
+    ``clamp``, ``add``'s alpha the same), so in a float64 graph ``masked_fill(m, 0.1)``
+    gave 0.10000000149 and ``-1e300`` gave ``-inf``. A DOUBLE constant cast to float32
+    or lower rounds to what the FLOAT one was, but the swap is used for graphs with
+    float64 values only. The caller holds the exporter's translation lock (the
+    function is module state).
+    """
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _building
+
+    original = _building._determine_input_dtype
+
+    def determine(param: Any, arg: Any, type_binding: Any) -> Any:
+        dtype = original(param, arg, type_binding)
+        if (
+            dtype == ir.DataType.FLOAT
+            and isinstance(arg, float)
+            and param.type_constraint not in type_binding
+            and any(t.dtype == ir.DataType.DOUBLE for t in param.type_constraint.allowed_types)
+        ):
+            return ir.DataType.DOUBLE
+        return dtype
+
+    _building._determine_input_dtype = determine
+    try:
+        yield
+    finally:
+        _building._determine_input_dtype = original
 
 
 def torch_tensor_as_ir(tensor: torch.Tensor, name: str) -> Any:
