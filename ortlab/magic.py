@@ -556,9 +556,10 @@ def _lab_steps(
             result.bench_error = str(e)
         if not training and isinstance(callee, torch.nn.Module):
             status.step("trying freeze_parameters=True")
-            result.freeze = profiling.freeze_trial(
-                result.compiled, args, {}, runs=options.bench, model=callee
-            )
+            with torch.set_grad_enabled(training):  # the call's own mode, as --profile
+                result.freeze = profiling.freeze_trial(
+                    result.compiled, args, {}, runs=options.bench, model=callee
+                )
     if options.profile:
         status.step("profile")
         try:

@@ -88,3 +88,29 @@ def test_many_changes_of_one_kind_are_one_collapsed_line_with_the_rows_inside():
     assert '<details class="ortlab-changes"><summary>40 rows: w0, w1, w2, …' in html
     assert "w39" in html  # every row is there
     assert "freeze_parameters" in html.split("<details")[0]  # one option: shown as it is
+
+
+class _WithLabels(torch.nn.Module):
+    """A model whose call takes ``labels=``, as transformers' models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, labels=None):
+        return torch.nn.functional.cross_entropy(self.linear(x), labels)
+
+
+def test_compare_passes_keyword_inputs_named_labels_to_the_model():
+    # ``labels=`` is also compare's own parameter (two names); a tensor there is the
+    # model's input. And a call given by keywords only is made, compared and timed.
+    model = _WithLabels()
+    x, y = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
+    with torch.no_grad():
+        cmp = ortlab.compare(
+            model, a={}, b={"freeze_parameters": True}, runs=1, profile=False, x=x, labels=y
+        )
+    assert cmp.labels == ("defaults", "freeze_parameters=True")
+    assert cmp.outputs and all(d.passed for d in cmp.outputs)
+    assert cmp.call is not None
+    assert all(b.graphs for b in cmp.backends)

@@ -187,6 +187,9 @@ def test_bench_measures_what_freezing_the_parameters_gains(shell):
     assert advice.setting == "freeze_parameters=True" and not advice.note
     assert advice.current_seconds > 0 and advice.trial_seconds > 0
     assert "freeze_parameters=True: " in r.verdict and "measured on this model" in r.verdict
+    # The trial calls the shown model as the call was made (no grad): it used to call it
+    # with grad on, which recompiled it into forward and backward graphs.
+    assert {g.kind for g in r.backend.graphs} == {"inference"}
     assert run(
         shell, "r = %ortcompile --no-diff --bench 3 --option freeze_parameters=True mlp(x)"
     ).success

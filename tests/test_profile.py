@@ -294,3 +294,11 @@ def test_advice_tries_a_larger_min_partition_size_where_partitions_lose_to_pytor
     assert "recommended" in advice.text
     # Freezing changes nothing on this clock: tried, measured, not recommended.
     assert not tried["freeze_parameters"].recommended
+
+
+def test_profile_of_a_backend_says_to_pass_the_compiled_callable():
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(lambda x: x * 2, backend=backend)
+    compiled(torch.ones(2))
+    with pytest.raises(ortlab.UnsupportedOptionError, match="not its OrtBackend"):
+        ortlab.profile(backend, torch.ones(2))

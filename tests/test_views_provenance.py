@@ -204,6 +204,32 @@ def test_a_frame_at_dynamo_s_recompile_limit_says_to_compile_with_dynamic():
     assert _timeline.recompile_limit_notes(compiled.ortlab_backend) == []  # limit 8 again
 
 
+def test_a_frame_recompiled_for_each_float_says_to_stop_specialising_floats():
+    # ortlab.compile specialises Python floats: a value read with .item() at a graph
+    # break recompiles the frame for every new value; dynamic=True does not help.
+    def f(x, scale):
+        return x * scale + 1
+
+    compiled = ortlab.compile(f)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for scale in (0.5, 0.25, 0.125):
+            compiled(torch.ones(3), scale)
+        notes = _timeline.recompile_limit_notes(compiled.ortlab_backend)
+    assert len(notes) == 1, notes
+    assert "specialize_floats=False" in notes[0] and "dynamic=True" not in notes[0]
+
+
+def test_a_recompile_cause_is_one_line():
+    # Dynamo's reason can carry the user's stack (T5's generate: 24 lines), which the
+    # timeline and the report's tables showed whole.
+    compiled = ortlab.compile(lambda x: x * 2, dynamic=False)
+    for n in (2, 3):
+        compiled(torch.ones(n))
+    graph = compiled.ortlab_backend.graphs[1]
+    graph.recompile_reason += "\nUser stack trace:\n  File model.py, line 3"
+    assert graph.cause.startswith("recompile") and "\n" not in graph.cause, graph.cause
+
+
 @pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")
 def test_the_lab_shows_what_to_do_about_a_missing_translation_and_complex_values():
     import html

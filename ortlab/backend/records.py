@@ -486,7 +486,7 @@ class GraphRecord:
         if self.kind == "backward":
             text = f"backward of the forward graph{of} compiled just before it"
         elif self.recompile_reason:
-            text = f"recompile{of}: {self.recompile_reason}"
+            text = f"recompile{of}: {errors.first_line(self.recompile_reason)}"
         else:
             text = f"first compile{of}"
         if self.graph_break:

@@ -356,6 +356,14 @@ def _compile(
     return ortlab.backend.compile(entry, **compile_args, **settings)
 
 
+def _are_names(labels: Any) -> bool:
+    return (
+        isinstance(labels, (tuple, list))
+        and len(labels) == 2
+        and all(isinstance(x, str) for x in labels)
+    )
+
+
 def compare(
     *objects: Any,
     a: Mapping[str, Any] | None = None,
@@ -383,7 +391,9 @@ def compare(
         a: Options of the first compile (``ortlab.compile``'s keywords: backend options,
             and ``dynamic``, ``fullgraph``, ``specialize_floats``).
         b: Options of the second.
-        labels: Names of the two (default ``"a"``, ``"b"``, or the differing option).
+        labels: Names of the two (default ``"a"``, ``"b"``, or the differing option). A
+            value that is not two strings is the call's ``labels=`` keyword argument
+            (transformers' training input).
         runs: Timed runs of each call and part.
         profile: With arguments, profile both calls (``ortlab.profile``) for per-module
             and per-node time.
@@ -395,7 +405,12 @@ def compare(
     Raises:
         UnsupportedOptionError: the objects are not one of the forms.
     """
-    if a is not None or b is not None:
+    if labels is not None and not _are_names(labels):
+        # A model input named ``labels`` (transformers' training input), not our names.
+        kwargs["labels"], labels = labels, None
+    one_model = a is not None or b is not None
+    called = bool(kwargs) or len(objects) > (1 if one_model else 2)
+    if one_model:
         if not objects:
             raise errors.UnsupportedOptionError(
                 "compare(model, *args, a=..., b=...): no model"
@@ -423,7 +438,7 @@ def compare(
         _backend_of(second, profiles[1]),
     )
     result = Comparison(labels=labels, backends=backends)
-    if (args or kwargs) and not any(p is not None for p in profiles):
+    if called and not any(p is not None for p in profiles):
         grad = torch.is_grad_enabled()
 
         def runner(c: Any) -> Callable[[], Any]:

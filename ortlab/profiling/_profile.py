@@ -74,6 +74,11 @@ def profile(
         raise errors.UnsupportedOptionError(
             f"profile: runs must be >= 1 and warmup >= 0; got runs={runs}, warmup={warmup}"
         )
+    if isinstance(compiled, ortlab.backend.OrtBackend):
+        raise errors.UnsupportedOptionError(
+            "profile: pass the compiled callable (what ortlab.compile or torch.compile "
+            "returned), not its OrtBackend: the profile has to make the call"
+        )
     backend = ortlab.backend.backend_of(compiled)
     grad = torch.is_grad_enabled()
 

@@ -31,7 +31,10 @@ OverheadKind = Literal[
 ]
 
 OVERHEAD_LABELS: dict[str, str] = {
-    "dynamo": "Dynamo: frame entry, guards, the bytecode around the graphs",
+    "dynamo": (
+        "Dynamo: frame entry, guards, and the Python between graphs (eager code at "
+        "graph breaks)"
+    ),
     "glue": "ortlab glue: tensors into ONNX Runtime and back (hand-off, copies)",
     "ort_between": "ONNX Runtime between its kernels (executor, allocations)",
     "ort_unmapped": "ONNX Runtime nodes computing no FX node",

@@ -368,7 +368,12 @@ def _subject_text(subject: _subjects.Subject) -> str:
     out.extend(f"Note: {line}" for line in notes)
     if not backend.graphs:
         if not notes:
-            out.append("nothing compiled yet: call the compiled model first")
+            out.append(
+                "no graph reached ortlab: the model was not called yet, or Dynamo ran it "
+                "without a graph (every frame skipped, e.g. quantized modules) or failed "
+                "before calling the backend (fullgraph=True with a graph break): see what "
+                "the call raised or warned"
+            )
         return "\n".join(out)
     rows = _tables.summary_rows(backend)
     width = max(len(k) for k, _ in rows)

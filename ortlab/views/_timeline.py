@@ -16,6 +16,7 @@ call's time went, in one line.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -340,14 +341,25 @@ def recompile_limit_notes(obj: Any) -> list[str]:
 
     limit = recompile_limit()
     compiles: dict[tuple[str, str], set[str]] = {}
+    floats: set[tuple[str, str]] = set()
     for g in _subjects.graphs_of(obj):
         if g.kind == "backward" or not g.compile_id or "/" not in g.compile_id:
             continue
         frame_id, attempt = g.compile_id.strip("[]").split("/", 1)
-        compiles.setdefault((frame_id, g.frame or f"frame {frame_id}"), set()).add(
-            attempt.split("_", 1)[0]
-        )
+        key = (frame_id, g.frame or f"frame {frame_id}")
+        compiles.setdefault(key, set()).add(attempt.split("_", 1)[0])
+        if g.recompile_reason and _FLOAT_GUARD.search(g.recompile_reason):
+            floats.add(key)
     return [
+        f"{frame} was compiled {len(attempts)} times, Dynamo's recompile limit "
+        f"(torch.compiler.config.recompile_limit = {limit}), each time for a new value "
+        "of a Python float it reads (a guard such as ___stack0 == 0.53: ortlab.compile "
+        "specialises floats): later calls run that code in PyTorch, without ortlab. "
+        "Compile with ortlab.compile(model, specialize_floats=False), or keep the value "
+        "a tensor (no .item())."
+        for (_, frame), attempts in compiles.items()
+        if len(attempts) >= limit and (_, frame) in floats
+    ] + [
         f"{frame} was compiled {len(attempts)} times, Dynamo's recompile limit "
         f"(torch.compiler.config.recompile_limit = {limit}): later calls with another "
         "shape or dtype run in PyTorch, without ortlab, and nothing warns. Compile with "
@@ -356,5 +368,8 @@ def recompile_limit_notes(obj: Any) -> list[str]:
         "torch._dynamo.config.cache_size_limit = 64 (torch.compiler.config."
         "recompile_limit)."
         for (_, frame), attempts in compiles.items()
-        if len(attempts) >= limit
+        if len(attempts) >= limit and (_, frame) not in floats
     ]
+
+
+_FLOAT_GUARD = re.compile(r"== -?\d+\.\d+(e-?\d+)?\b")
