@@ -257,6 +257,16 @@ class Profile:
             return 0.0
         return max(0.0, 1.0 - abs(self.unattributed_seconds) / self.call_seconds)
 
+    @property
+    def attribution(self) -> str:
+        """How much of the call the parts explain, in words: ``"93.2% attributed"``, or,
+        where the parts (each measured on its own) sum to more than the call, by how much
+        (``"parts sum to 107% of the call"``), which a coverage figure would hide."""
+        if self.call_seconds > 0 and self.unattributed_seconds < 0:
+            share = self.attributed_seconds / self.call_seconds * 100
+            return f"parts sum to {share:.0f}% of the call"
+        return f"{self.coverage * 100:.1f}% attributed"
+
     # -- groups --------------------------------------------------------------------------
     def by_module(self) -> list[GroupTime]:
         """Every module with the time of the nodes inside it (inclusive) and its own,
@@ -341,14 +351,14 @@ class Profile:
             if o.kind != "unattributed" and all(label != r[0] for r in rows):
                 rows.append((label, ms(self.overhead(o.kind))))
         rows.append((OVERHEAD_LABELS["unattributed"], ms(self.unattributed_seconds)))
-        rows.append(("attributed", f"{self.coverage * 100:.1f}% of the call"))
+        rows.append(("attributed", self.attribution))
         return rows
 
     def text(self, top: int = 8) -> str:
         """A text summary: the parts, top modules, source lines and op types."""
         out = [
             f"Profile{f' of {self.label}' if self.label else ''}: "
-            f"{_ms(self.call_seconds)} ms per call, {self.coverage * 100:.1f}% attributed"
+            f"{_ms(self.call_seconds)} ms per call, {self.attribution}"
         ]
         out.append(_html.text_table(("part", "ms"), self.summary_rows()))
         modules = [g for g in self.by_module() if g.key != ROOT][:top]
@@ -396,7 +406,7 @@ class Profile:
     def __repr__(self) -> str:
         return (
             f"Profile({_ms(self.call_seconds)} ms per call, {len(self.nodes)} FX nodes, "
-            f"{len(self.ort_nodes)} ONNX Runtime nodes, {self.coverage * 100:.1f}% attributed)"
+            f"{len(self.ort_nodes)} ONNX Runtime nodes, {self.attribution})"
         )
 
     def _repr_html_(self) -> str:

@@ -74,8 +74,8 @@ def summary_html(profile: Profile) -> str:
     rows = profile.summary_rows()
     head = (
         f"<p><b>{_ms(profile.call_seconds)} ms per call</b> (median of {profile.runs} runs), "
-        f"<b>{profile.coverage * 100:.1f}%</b> attributed: the parts below, each measured "
-        "on its own, against the call measured whole.</p>"
+        f"<b>{profile.attribution}</b>: the parts below, each measured on its own, "
+        "against the call measured whole.</p>"
     )
     return head + _table(("part", "ms per call"), rows)
 
