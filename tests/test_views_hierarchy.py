@@ -219,3 +219,18 @@ def test_the_static_explorer_has_a_page_per_module_and_a_search_index(stack):
     index = json.loads(html.unescape(re.search(r'data-items="([^"]*)"', text).group(1)))
     assert any("random" in entry[1] for entry in index)
     assert text.count("<svg") == len(pages)
+
+
+@needs_dot
+def test_the_static_explorer_stops_drawing_pages_past_its_size_budget(stack, monkeypatch):
+    # Each page draws the whole tree: an unfolded model's pages made a 2-layer training
+    # Llama's report 11.5 MB. Past the budget the remaining modules get no page (a click
+    # opens their nearest drawn ancestor's).
+    tree = _graphs.tree_of(stack.graphs[0])
+    whole = _explorer.explorer_html(tree, prefix="x-")
+    first = whole.split('<div class="ortlab-page"')[1]
+    monkeypatch.setattr(_explorer, "MAX_BYTES", len(first) + 30)  # two pages are over
+    text = _explorer.explorer_html(tree, prefix="x-")
+    pages = re.findall(r'data-module="([^"]*)"', text)
+    assert len(re.findall(r'data-module="([^"]*)"', whole)) > 2
+    assert pages == ["", re.findall(r'data-module="([^"]*)"', whole)[1]]

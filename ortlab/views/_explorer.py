@@ -3,9 +3,10 @@ clicking it, and a search over every node; for the report and saved notebooks.
 
 # NOTE: a static page cannot ask Python for a new layout, so the explorer draws ahead:
 # the tree's first level, then one drawing per module (its path opened), breadth-first,
-# at most :data:`MAX_PAGES` (a folded run is drawn once, through its first block). A
-# click on a module's box shows that module's page, a click on an open module's label
-# its parent's; a search hit shows the page of the innermost drawn module holding the
+# at most :data:`MAX_PAGES` and :data:`MAX_BYTES` (a folded run is drawn once, through
+# its first block). A click on a module's box shows that module's page, a click on an
+# open module's label its parent's; a search hit shows the page of the innermost drawn
+# module holding the
 # node and outlines it (or the box it is in). Ids are stable across pages (``<page
 # prefix><kind><suffix>``, :func:`ortlab.views._layout.suffix`), so a few lines of inline
 # JavaScript (in ``_report``) find an element from a module path or node key alone. The
@@ -21,6 +22,11 @@ from ortlab.views import _fragments, _gmodel, _hierarchy, _layout
 
 MAX_PAGES = 24
 """Module pages drawn per tree."""
+
+MAX_BYTES = 1_000_000
+"""Module pages stop once a tree's pages take this many characters: each page draws the
+whole tree, so an unfolded model's pages grow with its size (a 2-layer training Llama's
+report was 11.5 MB). A module without a page opens its nearest drawn ancestor's."""
 
 SEARCH_TEXT = 160
 """Characters of a node's search text kept in the index."""
@@ -50,8 +56,11 @@ def explorer_html(
     caption: str = "",
 ) -> str:
     """The explorer of ``tree`` (see the module NOTE)."""
-    pages = []
+    pages: list[str] = []
+    size = 0
     for n, path in enumerate(["", *_pages(tree)]):
+        if size > MAX_BYTES:
+            break
         page_prefix = f"{prefix}p{n}-"
         expanded = None if not path else tree.ancestors(path)
         model = _layout.layout(
@@ -60,7 +69,7 @@ def explorer_html(
         rendered = _gmodel.render(model)
         title = "first level" if not path else f"module {path}"
         display = "block" if not path else "none"
-        pages.append(
+        page = (
             f'<div class="ortlab-page" data-module="{_html.esc(path)}" '
             f'data-prefix="{_html.esc(page_prefix)}" style="display:{display}">'
             f"<p><b>{_html.esc(title)}</b> · click a module to open it, an open module's "
@@ -68,6 +77,8 @@ def explorer_html(
             + _fragments.graph_html(rendered, _fragments.module_table(tree))
             + "</div>"
         )
+        pages.append(page)
+        size += len(page)
     modules = {
         _layout.suffix(m.path): [
             m.path,
