@@ -609,3 +609,69 @@ def test_elementwise_ops_on_an_empty_tensor_stay_in_onnx_runtime():
         ("aten.sum.dim_IntList", "empty-input")
     ]
     assert {"relu", "mul"} <= set(graph.ort_node_names)
+
+
+# -- PyTorch's fast paths of nn.TransformerEncoderLayer and nn.MultiheadAttention ------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("masks", ["none", "padding", "causal"])
+def test_transformer_encoder_fast_path_runs_in_onnx_runtime(norm_first, masks):
+    # In eval without grad, Dynamo traces _transformer_encoder_layer_fwd and
+    # _native_multi_head_attention, which have no translation: the layers ran in PyTorch.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first, activation="gelu"
+    )
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(3, 6, 16)
+    kwargs = {}
+    if masks == "padding":
+        padding = torch.zeros(3, 6, dtype=torch.bool)
+        padding[1, 4:] = True
+        kwargs["src_key_padding_mask"] = padding
+    elif masks == "causal":
+        kwargs["mask"] = torch.nn.Transformer.generate_square_subsequent_mask(6)
+        kwargs["is_causal"] = True
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        result = torch.compile(encoder, backend=backend)(x, **kwargs)
+        expected = encoder(x, **kwargs)
+    torch.testing.assert_close(result, expected)
+    assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize(
+    "need_weights, average", [(False, True), (True, True), (True, False)], ids=str
+)
+@pytest.mark.parametrize("mask_type", [None, 1, 2])
+@pytest.mark.parametrize("attention", ["self", "cross"])
+def test_native_multi_head_attention_runs_in_onnx_runtime(
+    need_weights, average, mask_type, attention
+):
+    # The op nn.MultiheadAttention's fast path calls (and the encoder layer's).
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 5, 16), torch.randn(3, 5, 16)
+    weights = [torch.randn(48, 16), torch.randn(48), torch.randn(16, 16), torch.randn(16)]
+    mask = None
+    if mask_type == 1:  # key padding (B, S); batch 2 hides every key: NaN, as in eager
+        mask = torch.zeros(3, 5, dtype=torch.bool)
+        mask[1, 3:] = True
+        mask[2, :] = True
+    elif mask_type == 2:  # (B, H, L, S)
+        mask = torch.rand(3, 4, 5, 5) > 0.7
+
+    def fn(x, y, *weights):
+        key = x if attention == "self" else y
+        return torch._native_multi_head_attention(
+            x, key, key, 16, 4, *weights, mask, need_weights, average, mask_type
+        )
+
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        result = torch.compile(fn, backend=backend)(x, y, *weights)
+        expected = fn(x, y, *weights)
+    torch.testing.assert_close(result[0], expected[0], equal_nan=True)
+    if need_weights:
+        torch.testing.assert_close(result[1], expected[1], equal_nan=True)
+    assert_all_in_onnx_runtime(backend)

@@ -82,6 +82,8 @@ from typing import Any
 
 import torch
 
+from ortlab.backend import _torch_private
+
 aten = torch.ops.aten
 
 
@@ -484,6 +486,132 @@ def copysign_scalar(input: torch.Tensor, other: Any) -> Any:
     return aten.neg.default(magnitude) if math.copysign(1.0, other) < 0 else magnitude
 
 
+def native_multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    embed_dim: int,
+    num_head: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    mask_type: int | None = None,
+) -> Any:
+    """``nn.MultiheadAttention``'s fast path (batch first, eval, no grad), which has no
+    translation. The packed projections, the heads' scores scaled by
+    ``1/sqrt(head_dim)``, a softmax with the boolean mask's positions set to -inf (a
+    row with every key masked is NaN, as in ATen), the output projection; the weights
+    (summed over heads and divided by their count when averaged) or an empty tensor."""
+    if query.is_nested or query.dim() != 3:
+        return NotImplemented
+    batch, length = query.shape[0], query.shape[1]
+    head_dim = embed_dim // num_head
+    if query is key and key is value:
+        q, k, v = aten.split.Tensor(
+            aten.linear.default(query, qkv_weight, qkv_bias), embed_dim, -1
+        )
+    else:
+        weights = aten.split.Tensor(qkv_weight, embed_dim, 0)
+        biases = aten.split.Tensor(qkv_bias, embed_dim, 0)
+        q, k, v = (
+            aten.linear.default(x, w, b)
+            for x, w, b in zip((query, key, value), weights, biases)
+        )
+
+    def heads(x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, D/H)
+        return aten.transpose.int(aten.view.default(x, [batch, -1, num_head, head_dim]), 1, 2)
+
+    scores = aten.matmul.default(
+        aten.mul.Tensor(heads(q), 1.0 / math.sqrt(head_dim)),
+        aten.transpose.int(heads(k), -2, -1),
+    )
+    if mask is not None:
+        hidden = mask if mask.dtype == torch.bool else aten.ne.Scalar(mask, 0)
+        if mask_type == 1:  # key padding, (B, S)
+            hidden = aten.view.default(hidden, [batch, 1, 1, -1])
+        scores = aten.masked_fill.Scalar(scores, hidden, float("-inf"))
+    probs = aten._softmax.default(scores, -1, False)
+    context = aten.matmul.default(probs, heads(v))
+    context = aten.reshape.default(
+        aten.transpose.int(context, 1, 2), [batch, length, embed_dim]
+    )
+    out = aten.linear.default(context, proj_weight, proj_bias)
+    if not need_weights:
+        return out, aten.new_empty.default(out, [0])
+    if average_attn_weights:
+        probs = aten.div.Scalar(aten.sum.dim_IntList(probs, [1]), num_head)
+    return out, probs
+
+
+def transformer_encoder_layer_fwd(
+    src: torch.Tensor,
+    embed_dim: int,
+    num_heads: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+    use_gelu: bool,
+    norm_first: bool,
+    eps: float,
+    norm_weight_1: torch.Tensor,
+    norm_bias_1: torch.Tensor,
+    norm_weight_2: torch.Tensor,
+    norm_bias_2: torch.Tensor,
+    ffn_weight_1: torch.Tensor,
+    ffn_bias_1: torch.Tensor,
+    ffn_weight_2: torch.Tensor,
+    ffn_bias_2: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    mask_type: int | None = None,
+) -> Any:
+    """``nn.TransformerEncoderLayer``'s fast path (eval, no grad), which has no
+    translation: the whole layer ran in PyTorch. Self-attention through
+    ``_native_multi_head_attention`` (which the lowerings decompose), the residual, the
+    layer norms before or after each block, and the feed-forward block with ReLU or
+    GELU, as ATen's kernel computes them."""
+    if src.is_nested:
+        return NotImplemented
+    if _torch_private.surely_empty(src):
+        return aten.clone.default(src)
+
+    def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return aten.layer_norm.default(x, [embed_dim], weight, bias, eps)
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = aten._native_multi_head_attention.default(
+        x,
+        x,
+        x,
+        embed_dim,
+        num_heads,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        mask,
+        False,
+        True,
+        mask_type,
+    )[0]
+    x = aten.add.Tensor(x, src)
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    hidden = aten.linear.default(x, ffn_weight_1, ffn_bias_1)
+    hidden = aten.gelu.default(hidden) if use_gelu else aten.relu.default(hidden)
+    x = aten.add.Tensor(aten.linear.default(hidden, ffn_weight_2, ffn_bias_2), residual)
+    if not norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    return x
+
+
 def table() -> dict[Any, Any]:
     """ortlab's decompositions, by op."""
     return {
@@ -501,4 +629,6 @@ def table() -> dict[Any, Any]:
         aten.clamp.default: clamp,
         aten.clamp_min.default: clamp_min,
         aten.clamp_max.default: clamp_max,
+        aten._native_multi_head_attention.default: native_multi_head_attention,
+        aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
     }
