@@ -4,6 +4,7 @@ notes that say what to do next."""
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -217,6 +218,33 @@ def test_a_frame_recompiled_for_each_float_says_to_stop_specialising_floats():
         notes = _timeline.recompile_limit_notes(compiled.ortlab_backend)
     assert len(notes) == 1, notes
     assert "specialize_floats=False" in notes[0] and "dynamic=True" not in notes[0]
+
+
+def _decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Decorated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    @_decorated
+    def forward(self, x):
+        return self.linear(x).relu()
+
+
+def test_a_graph_is_named_by_the_function_a_decorator_wraps():
+    # transformers decorates every model's forward: each graph read "first compile of
+    # wrapper (transformers/utils/generic.py)".
+    compiled = ortlab.compile(_Decorated())
+    compiled(torch.ones(2, 4))
+    (graph,) = compiled.ortlab_backend.graphs
+    assert graph.frame.startswith("forward (") and "provenance" in graph.frame, graph.frame
 
 
 def test_a_recompile_cause_is_one_line():

@@ -52,6 +52,19 @@ def function_name(name: str) -> str:
     return f"{match['name']} (resumed after line {match['line']})"
 
 
+_WRAPPER_NAMES = frozenset(
+    {"wrapper", "wrapped", "_wrapper", "inner", "decorator", "decorated"}
+)
+"""The names decorators give the function they return (``functools.wraps`` keeps the
+code object's own name, which is what a stack shows)."""
+
+
+def is_decorator_wrapper(name: str) -> bool:
+    """Whether a frame's function name is a decorator's wrapper (see
+    :data:`_WRAPPER_NAMES`)."""
+    return name in _WRAPPER_NAMES
+
+
 def short_path(path: str) -> str:
     """A path as people read it: ``"cell"`` for a notebook cell, from the package down
     when installed (``transformers/models/gpt2/modeling_gpt2.py``), else relative to the
