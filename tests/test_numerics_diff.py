@@ -111,3 +111,30 @@ def test_options_and_keyword_options_both_reach_the_backend():
 def test_unknown_backend_option_is_refused():
     with pytest.raises(errors.UnsupportedOptionError, match="not_an_option"):
         ortlab.diff(lambda t: t + 1, x_of(2), not_an_option=True)
+
+
+class _Classifier(torch.nn.Module):
+    """Takes ``labels=`` as transformers' models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, labels=None):
+        return torch.nn.functional.cross_entropy(self.linear(x), labels)
+
+
+def test_keyword_inputs_of_a_diff_are_a_partials_and_its_parameters_are_compared():
+    import functools
+
+    model = _Classifier()
+    x, y = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
+    # diff's keyword arguments are backend options: the error says how to pass inputs.
+    with pytest.raises(
+        ortlab.UnsupportedOptionError, match=r"functools.partial\(model, labels"
+    ):
+        ortlab.diff(model, x, labels=y)
+    report = ortlab.diff(functools.partial(model, labels=y), x, backward=True)
+    assert report.passed
+    names = {g.name for g in report.gradients}
+    assert {"grad[linear.weight]", "grad[linear.bias]"} <= names, names

@@ -127,7 +127,7 @@ def compare_runs(
                 )
             )
     if backward and not gradients:
-        notes.append("backward=True but no output needed a gradient")
+        notes.append("backward=True, but no gradient was compared")
     # The all-eager reference replays the runs' RNG state; the caller's is kept.
     with torch.random.fork_rng(devices=runs.devices):
         partitions = _localise.partition_diffs(
@@ -217,6 +217,17 @@ def diff(
         raise errors.UnsupportedOptionError(
             f"ortlab.diff(reference={reference!r}): the reference is 'float64' or None."
         )
+    valid = {f.name for f in dataclasses.fields(ortlab.backend.OrtBackendOptions)}
+    unknown = sorted(set(backend_options) - valid)
+    if unknown:  # the message lists the options; keyword inputs are a partial's
+        try:
+            ortlab.backend.OrtBackendOptions.from_value(dict(backend_options))
+        except errors.UnsupportedOptionError as e:
+            raise errors.UnsupportedOptionError(
+                f"{e} ortlab.diff's keyword arguments are backend options: to pass "
+                f"keyword inputs to the model, diff functools.partial(model, "
+                f"{unknown[0]}=...) with the positional inputs."
+            ) from None
     if sweep:
         _sweep.configurations(sweep)  # a bad sweep fails before anything runs
 

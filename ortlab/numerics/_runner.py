@@ -404,7 +404,11 @@ def _run(
     compiled_fn, compiled_module = compiled
     eager_fn, eager_module = eager
     if compiled_module is None and backward:
-        notes.append("a plain function is not copied: gradients of inputs only")
+        notes.append(
+            "a plain function is not copied: gradients of inputs only (the parameters of "
+            "a module it calls are not compared; to pass keyword inputs to a module, diff "
+            "functools.partial(model, labels=...))"
+        )
     recorder = _Recorder()
     remove = backend.add_observer(recorder) if capture else _no_observer
     devices = cuda_devices(args)
