@@ -154,3 +154,49 @@ def test_factories_of_a_float64_default_dtype_run_in_ort(fn):
     assert result.dtype == torch.float64
     torch.testing.assert_close(result, expected, rtol=0, atol=0)
     assert all(not g.eager_node_names for g in graphs)
+
+
+_FLOAT32_ATTRIBUTES = {
+    "hardtanh": lambda x: torch.nn.functional.hardtanh(x, -0.3, 0.7),
+    "addcmul": lambda x: torch.addcmul(x, x, x, value=0.3),
+    "addmm": lambda x: torch.addmm(x, x, x.T @ x, beta=0.3, alpha=0.7),
+    "celu": lambda x: torch.nn.functional.celu(x, 0.3),
+    "gelu tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "batch_norm eps": lambda x: torch.nn.functional.batch_norm(
+        x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), eps=0.3
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_FLOAT32_ATTRIBUTES))
+def test_float32_attributes_keep_a_float64_op_in_pytorch(name):
+    # ONNX's float attributes are 32-bit: hardtanh's bounds, addcmul's value, addmm's
+    # alpha/beta, celu's alpha, batch norm's eps and GELU's tanh constants were rounded
+    # (1.5e-9 to 3.9e-8 relative). In float64 graphs those nodes run in PyTorch.
+    fn = _FLOAT32_ATTRIBUTES[name]
+    result, graphs = _compiled_graphs(fn, _X64)
+    assert torch.equal(result, fn(_X64))
+    refused = {v.rule for g in graphs for v in g.verdicts if not v.supported}
+    assert refused - {"output-selection"} == {"wrong-translation"}, refused
+    # float32 keeps them in ONNX Runtime.
+    _, graphs = _compiled_graphs(fn, _X64.float())
+    assert all(not g.eager_node_names for g in graphs)
+
+
+def test_a_float64_layer_norm_trains_in_onnx_runtime():
+    # ONNX Runtime has no double LayerNormalization kernel: it refused every float64
+    # layer norm (a FallbackWarning each, the partition cut around it). Decomposed.
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 8), torch.nn.LayerNorm(8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+    ).double()
+    reference = copy.deepcopy(model)
+    backend = ortlab.OrtBackend()
+    torch.compile(model, backend=backend)(_X64).pow(2).sum().backward()
+    reference(_X64).pow(2).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-14)
+    assert {g.kind for g in backend.graphs} == {"forward", "backward"}
+    assert all(not g.eager_node_names for g in backend.graphs)

@@ -486,6 +486,24 @@ def copysign_scalar(input: torch.Tensor, other: Any) -> Any:
     return aten.neg.default(magnitude) if math.copysign(1.0, other) < 0 else magnitude
 
 
+def native_layer_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> Any:
+    """Float64 only: ONNX Runtime has no double ``LayerNormalization`` kernel and refused
+    every float64 layer norm, which cut a float64 transformer's partition at each one
+    (a FallbackWarning per norm). torch's decomposition (mean, variance, rsqrt) runs in
+    ONNX Runtime in double; other dtypes keep the op."""
+    if input.dtype != torch.float64:
+        return NotImplemented
+    return _torch_private.torch_decomposition(aten.native_layer_norm.default)(
+        input, normalized_shape, weight, bias, eps
+    )
+
+
 def native_multi_head_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -629,6 +647,7 @@ def table() -> dict[Any, Any]:
         aten.clamp.default: clamp,
         aten.clamp_min.default: clamp_min,
         aten.clamp_max.default: clamp_max,
+        aten.native_layer_norm.default: native_layer_norm,
         aten._native_multi_head_attention.default: native_multi_head_attention,
         aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
     }

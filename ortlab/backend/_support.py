@@ -337,7 +337,51 @@ def _empty_input(node: torch.fx.Node, facts: Facts) -> Decision | None:
     return None
 
 
+def _float64_rounds(*names: str) -> Callable[[torch.fx.Node], bool]:
+    """A float64 node one of whose named number arguments float32 cannot hold exactly."""
+
+    def applies(node: torch.fx.Node) -> bool:
+        results = _tensors_in(node.meta.get("val"))
+        if not results or results[0].dtype != torch.float64:
+            return False
+        return any(
+            isinstance(v := _schema_arg(node, name), float) and not _float32_exact(v)
+            for name in names
+        )
+
+    return applies
+
+
+def _float32_exact(value: float) -> bool:
+    return torch.tensor(value, dtype=torch.float32).item() == value
+
+
+_FLOAT32_ATTRIBUTES = (
+    "its translation takes the number as a float32 attribute (ONNX's float attributes "
+    "are 32-bit), which loses this float64 graph's precision"
+)
+
 _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
+    torch.ops.aten.hardtanh.default: (
+        _float64_rounds("min_val", "max_val"),
+        _FLOAT32_ATTRIBUTES,
+    ),
+    torch.ops.aten.addcmul.default: (_float64_rounds("value"), _FLOAT32_ATTRIBUTES),
+    torch.ops.aten.addmm.default: (_float64_rounds("beta", "alpha"), _FLOAT32_ATTRIBUTES),
+    torch.ops.aten.addbmm.default: (_float64_rounds("beta", "alpha"), _FLOAT32_ATTRIBUTES),
+    torch.ops.aten.celu.default: (_float64_rounds("alpha"), _FLOAT32_ATTRIBUTES),
+    torch.ops.aten._native_batch_norm_legit_no_training.default: (
+        _float64_rounds("eps"),
+        _FLOAT32_ATTRIBUTES,
+    ),
+    torch.ops.aten.gelu.default: (
+        lambda node: (
+            _schema_arg(node, "approximate") == "tanh"
+            and getattr(node.meta.get("val"), "dtype", None) == torch.float64
+        ),
+        "its tanh approximation's constants are float32, which loses this float64 "
+        "graph's precision",
+    ),
     torch.ops.aten.avg_pool2d.default: (
         lambda node: _schema_arg(node, "divisor_override") is not None,
         "its translation ignores divisor_override (divides by the window's size)",

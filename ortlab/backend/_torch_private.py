@@ -296,6 +296,13 @@ def lowering_decompositions(
     return table
 
 
+def torch_decomposition(op: Any) -> Callable[..., Any]:
+    """torch's own decomposition of ``op`` (``torch._decomp.decomposition_table``)."""
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[op]
+
+
 _DECOMPOSED_DESPITE_TRANSLATION = (
     torch.ops.aten._native_batch_norm_legit_functional.default,
     # torchlib returns a placeholder for the second output, total_weight (the size of the
