@@ -611,6 +611,19 @@ def test_elementwise_ops_on_an_empty_tensor_stay_in_onnx_runtime():
     assert {"relu", "mul"} <= set(graph.ort_node_names)
 
 
+def test_an_empty_cache_joined_to_new_keys_stays_in_onnx_runtime():
+    # transformers' DynamicCache starts each layer empty and cats the new keys to it:
+    # the first forward of every decoder reads an empty tensor.
+    backend = ortlab.OrtBackend()
+    keys = torch.arange(8.0).reshape(1, 2, 1, 4)
+    with torch.no_grad():
+        result = torch.compile(
+            lambda k: torch.cat([torch.zeros(1, 2, 0, 4), k], -2) * 2, backend=backend
+        )(keys)
+    torch.testing.assert_close(result, keys * 2)
+    assert_all_in_onnx_runtime(backend)
+
+
 # -- PyTorch's fast paths of nn.TransformerEncoderLayer and nn.MultiheadAttention ------------
 
 

@@ -311,14 +311,26 @@ def _unsupported_dtype(node: torch.fx.Node, facts: Facts) -> Decision | None:
     return None
 
 
+_REDUCING = frozenset(
+    {
+        "sum", "nansum", "mean", "prod", "amax", "amin", "max", "min", "aminmax",
+        "argmax", "argmin", "logsumexp", "linalg_vector_norm", "norm", "var", "std",
+        "var_mean", "std_mean", "any", "all", "count_nonzero",
+        "mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot",
+    }
+)  # fmt: skip
+"""ATen ops that reduce or contract a dim (ONNX's Reduce*, ArgMax/ArgMin, MatMul/Gemm)."""
+
+
 def _empty_input(node: torch.fx.Node, facts: Facts) -> Decision | None:
-    """An op that reads a tensor with no elements and gives another shape (a reduction,
-    a matrix product): ONNX Runtime's reductions get empty inputs wrong (``mean(-1)`` of a
-    (0, 5) tensor comes back (0, 5), not (0,); ``sum(-1)`` of a (3, 0) tensor comes back
-    empty, not zeros), and such an op costs nothing in PyTorch. Ops that keep the shape
-    (elementwise) run in ONNX Runtime."""
-    value = node.meta.get("val")
-    results = _tensors_in(value)
+    """A reduction or matrix product (:data:`_REDUCING`) of a tensor with no elements:
+    ONNX Runtime's reductions get empty inputs wrong (``mean(-1)`` of a (0, 5) tensor
+    came back (0, 5), not (0,); ``sum(-1)`` of a (3, 0) tensor came back empty, not
+    zeros), and such an op costs nothing in PyTorch. Other ops on empty tensors
+    (elementwise, views, the ``cat`` of an empty KV cache) run in ONNX Runtime."""
+    if not _is_overload(node) or node.target.overloadpacket.__name__ not in _REDUCING:  # type: ignore[union-attr]
+        return None
+    results = _tensors_in(node.meta.get("val"))
     for arg in (*node.args, *node.kwargs.values()):
         args = arg if isinstance(arg, (list, tuple)) else (arg,)
         for a in args:
@@ -330,9 +342,9 @@ def _empty_input(node: torch.fx.Node, facts: Facts) -> Decision | None:
                 ):
                     return Decision(
                         False,
-                        f"reads an empty tensor of shape {tuple(t.shape)} and gives "
-                        "another shape; ONNX Runtime gets such ops wrong (its reductions "
-                        "return their input's shape), so it runs in PyTorch",
+                        f"reduces an empty tensor of shape {tuple(t.shape)}; ONNX "
+                        "Runtime's reductions return their input's shape for an empty "
+                        "input, so it runs in PyTorch",
                     )
     return None
 
