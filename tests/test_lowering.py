@@ -114,6 +114,34 @@ def test_arguments_sharing_memory_see_each_others_writes_as_in_eager():
     assert graph.lowering == "aot_autograd"
 
 
+@pytest.mark.parametrize("write", ["add_", "setitem"])
+def test_only_a_write_sends_arguments_sharing_memory_through_aot_autograd(write):
+    # Two slices of one buffer (rotary cos/sin) read and not written keep make_fx.
+    def read(a, b):
+        return a * 2 + b
+
+    def written(a, b):
+        if write == "add_":
+            a.add_(1)
+        else:
+            a[0] = 5.0
+        return b * 2
+
+    base = torch.arange(10.0)
+    for fn, lowering in ((read, "make_fx"), (written, "aot_autograd")):
+        backend = ortlab.OrtBackend()
+        expected_base = base.clone()
+        expected = fn(
+            expected_base[:5], expected_base[5:] if fn is read else expected_base[2:7]
+        )
+        with torch.no_grad():
+            args = (base[:5], base[5:]) if fn is read else (base[:5], base[2:7])
+            result = torch.compile(fn, backend=backend)(*args)
+        torch.testing.assert_close(result, expected)
+        torch.testing.assert_close(base, expected_base)
+        assert [g.lowering for g in backend.graphs] == [lowering]
+
+
 def test_dead_nodes_are_removed_from_inference_graphs():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     compiled = ortlab.compile(model)

@@ -180,6 +180,34 @@ _GRAD_MODE_TARGETS = ("_set_grad_enabled", "set_grad_enabled", "enable_grad", "i
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
+def _may_write(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo's graph may write a tensor in place: an in-place method or
+    function (``add_``, ``Tensor.copy_``), an item assignment or augmented operator, an
+    op with a mutable schema, or an ``out=`` argument. Errs towards yes."""
+    for node in graph_module.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        if "out" in node.kwargs or node.target in _WRITING_OPERATORS:
+            return True
+        if getattr(getattr(node.target, "_schema", None), "is_mutable", False):
+            return True
+        name = (
+            node.target
+            if isinstance(node.target, str)
+            else getattr(node.target, "__name__", "")
+        )
+        if name.endswith("_") and not name.startswith("_"):
+            return True
+    return False
+
+
+_WRITING_OPERATORS = frozenset(
+    {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+     operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+     operator.ixor, operator.ilshift, operator.irshift, operator.imatmul}
+)  # fmt: skip
+
+
 def thin_inference_applies(
     graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> bool:
@@ -214,7 +242,7 @@ def thin_inference_applies(
     # Arguments that share memory (f(base[:8], base[2:]) writing one, reading the other):
     # make_fx traces them as independent tensors, so a read missed the write; AOTAutograd
     # rebuilds both from one base, as eager sees them.
-    if _torch_private.inputs_share_memory(example_inputs):
+    if _may_write(graph_module) and _torch_private.inputs_share_memory(example_inputs):
         return False
     for value in example_inputs:
         if isinstance(value, torch.Tensor) and type(value) not in (
