@@ -688,3 +688,21 @@ def test_native_multi_head_attention_runs_in_onnx_runtime(
     if need_weights:
         torch.testing.assert_close(result[1], expected[1], equal_nan=True)
     assert_all_in_onnx_runtime(backend)
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 16), (3, 0, 16)], ids=str)
+def test_native_multi_head_attention_of_an_empty_batch_keeps_the_graph_compiled(shape):
+    # The decomposition's view to (B, -1, H, D) cannot infer -1 for no elements: the
+    # lowering failed and the whole graph fell back to PyTorch (a FallbackWarning).
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    weights = [torch.randn(48, 16), torch.randn(48), torch.randn(16, 16), torch.randn(16)]
+
+    def fn(x, *weights):
+        return torch._native_multi_head_attention(x, x, x, 16, 4, *weights, None, False)[0] + 1
+
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        result = torch.compile(fn, backend=backend)(x, *weights)
+    torch.testing.assert_close(result, fn(x, *weights))
+    assert [g.lowering for g in backend.graphs] == ["make_fx"]

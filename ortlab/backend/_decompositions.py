@@ -524,8 +524,8 @@ def native_multi_head_attention(
     ``1/sqrt(head_dim)``, a softmax with the boolean mask's positions set to -inf (a
     row with every key masked is NaN, as in ATen), the output projection; the weights
     (summed over heads and divided by their count when averaged) or an empty tensor."""
-    if query.is_nested or query.dim() != 3:
-        return NotImplemented
+    if query.is_nested or query.dim() != 3 or _torch_private.surely_empty(query):
+        return NotImplemented  # empty: ATen returns no weights at all
     batch, length = query.shape[0], query.shape[1]
     head_dim = embed_dim // num_head
     if query is key and key is value:
@@ -541,7 +541,8 @@ def native_multi_head_attention(
         )
 
     def heads(x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, D/H)
-        return aten.transpose.int(aten.view.default(x, [batch, -1, num_head, head_dim]), 1, 2)
+        shape = [batch, x.shape[1], num_head, head_dim]
+        return aten.transpose.int(aten.view.default(x, shape), 1, 2)
 
     scores = aten.matmul.default(
         aten.mul.Tensor(heads(q), 1.0 / math.sqrt(head_dim)),
