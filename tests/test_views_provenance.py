@@ -4,7 +4,6 @@ notes that say what to do next."""
 
 from __future__ import annotations
 
-import functools
 import types
 
 import pytest
@@ -220,31 +219,35 @@ def test_a_frame_recompiled_for_each_float_says_to_stop_specialising_floats():
     assert "specialize_floats=False" in notes[0] and "dynamic=True" not in notes[0]
 
 
-def _decorated(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-
-    return wrapper
-
-
-class _Decorated(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 4)
-
-    @_decorated
-    def forward(self, x):
-        return self.linear(x).relu()
-
-
-def test_a_graph_is_named_by_the_function_a_decorator_wraps():
+def test_a_graph_is_named_by_the_function_a_library_decorator_wraps():
     # transformers decorates every model's forward: each graph read "first compile of
     # wrapper (transformers/utils/generic.py)".
-    compiled = ortlab.compile(_Decorated())
-    compiled(torch.ones(2, 4))
-    (graph,) = compiled.ortlab_backend.graphs
-    assert graph.frame.startswith("forward (") and "provenance" in graph.frame, graph.frame
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    compiled = ortlab.compile(transformers.BertModel(config).eval())
+    with torch.no_grad():
+        compiled(torch.ones(1, 4, dtype=torch.long))
+    frames = [g.frame for g in compiled.ortlab_backend.graphs]
+    assert frames and all(f.startswith("forward (") for f in frames), frames
+
+
+def _helper(x):
+    return torch.relu(x)
+
+
+def test_the_users_own_function_named_inner_keeps_its_name():
+    def inner(x):
+        return _helper(x) + 1
+
+    compiled = ortlab.compile(inner)
+    compiled(torch.ones(3))
+    assert compiled.ortlab_backend.graphs[0].frame.startswith("inner (")
 
 
 def test_a_recompile_cause_is_one_line():

@@ -80,12 +80,12 @@ class _Origin:
         if (
             not stack
             or not _source.is_users_file(stack[0][0])
-            or _source.is_decorator_wrapper(stack[0][2])
+            or _source.is_decorator_wrapper(stack[0])
         ):
             stack = _source.outer_frames(graph_module) or stack
         # A decorator's wrapper (transformers' ``@can_return_tuple``: every model read
         # "wrapper (transformers/utils/generic.py)") is named by the function it calls.
-        while len(stack) > 1 and _source.is_decorator_wrapper(stack[0][2]):
+        while len(stack) > 1 and _source.is_decorator_wrapper(stack[0]):
             stack = stack[1:]
         frame = ""
         if stack and not _source.is_dynamo_file(stack[0][0]):

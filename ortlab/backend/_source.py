@@ -59,10 +59,14 @@ _WRAPPER_NAMES = frozenset(
 code object's own name, which is what a stack shows)."""
 
 
-def is_decorator_wrapper(name: str) -> bool:
-    """Whether a frame's function name is a decorator's wrapper (see
-    :data:`_WRAPPER_NAMES`)."""
-    return name in _WRAPPER_NAMES
+def is_decorator_wrapper(frame: tuple[str, int, str, str]) -> bool:
+    """Whether a stack frame ``(file, line, name, code)`` is a library decorator's
+    wrapper (:data:`_WRAPPER_NAMES`, in an installed package: the user's own function
+    named ``inner`` keeps its name)."""
+    file, _, name, _ = frame
+    return name in _WRAPPER_NAMES and any(
+        part in file for part in ("site-packages", "dist-packages")
+    )
 
 
 def short_path(path: str) -> str:
