@@ -162,25 +162,37 @@ _FLOAT32_ATTRIBUTES = {
     "addmm": lambda x: torch.addmm(x, x, x.T @ x, beta=0.3, alpha=0.7),
     "celu": lambda x: torch.nn.functional.celu(x, 0.3),
     "gelu tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "batch_norm eps": lambda x: torch.nn.functional.batch_norm(
-        x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), eps=0.3
-    ),
 }
 
 
 @pytest.mark.parametrize("name", list(_FLOAT32_ATTRIBUTES))
-def test_float32_attributes_keep_a_float64_op_in_pytorch(name):
+def test_numbers_float32_cannot_hold_keep_double_precision_in_onnx_runtime(name):
     # ONNX's float attributes are 32-bit: hardtanh's bounds, addcmul's value, addmm's
-    # alpha/beta, celu's alpha, batch norm's eps and GELU's tanh constants were rounded
-    # (1.5e-9 to 3.9e-8 relative). In float64 graphs those nodes run in PyTorch.
+    # alpha/beta, celu's alpha and GELU's tanh constants were rounded (1.5e-9 to
+    # 3.9e-8 relative). In float64 such calls are decomposed; float32 keeps the op.
     fn = _FLOAT32_ATTRIBUTES[name]
+    result, graphs = _compiled_graphs(fn, _X64)
+    torch.testing.assert_close(result, fn(_X64), rtol=1e-14, atol=1e-13)
+    assert all(not g.eager_node_names for g in graphs)
+    _, graphs = _compiled_graphs(fn, _X64.float())
+    assert all(not g.eager_node_names for g in graphs)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.nn.functional.batch_norm(
+            x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), eps=0.3
+        ),
+        lambda x: torch.addbmm(x, x[None], (x.T @ x)[None], beta=0.3, alpha=0.7),
+    ],
+    ids=["batch_norm eps", "addbmm"],
+)
+def test_float32_attributes_without_a_decomposition_keep_a_float64_op_in_pytorch(fn):
     result, graphs = _compiled_graphs(fn, _X64)
     assert torch.equal(result, fn(_X64))
     refused = {v.rule for g in graphs for v in g.verdicts if not v.supported}
     assert refused - {"output-selection"} == {"wrong-translation"}, refused
-    # float32 keeps them in ONNX Runtime.
-    _, graphs = _compiled_graphs(fn, _X64.float())
-    assert all(not g.eager_node_names for g in graphs)
 
 
 def test_a_float64_layer_norm_trains_in_onnx_runtime():

@@ -77,12 +77,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from ortlab.backend import _torch_private
+from ortlab.backend import _dtypes, _torch_private
 
 aten = torch.ops.aten
 
@@ -504,6 +504,36 @@ def native_layer_norm(
     )
 
 
+def _float64_rounded(op: Any, *names: str) -> Callable[..., Any]:
+    """A decomposition of ``op`` by torch's own, for float64 calls one of whose named
+    number arguments float32 cannot hold exactly (``"approximate"``: GELU's tanh
+    form, whose constants the translation holds as float32). torchlib passes those
+    numbers as ONNX float attributes, which are 32-bit: a float64 graph was off by
+    1.5e-9 to 3.9e-8 relative. Decomposed, the numbers are double constants. Other
+    calls keep the op."""
+    positions = {a.name: i for i, a in enumerate(op._schema.arguments)}
+
+    def argument(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        i = positions[name]
+        return args[i] if i < len(args) else kwargs.get(name)
+
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        first = args[0]
+        if not isinstance(first, torch.Tensor) or first.dtype != torch.float64:
+            return NotImplemented
+        for name in names:
+            value = argument(name, args, kwargs)
+            if name == "approximate" and value == "tanh":
+                break
+            if isinstance(value, float) and not _dtypes.float32_holds(value):
+                break
+        else:
+            return NotImplemented
+        return _torch_private.torch_decomposition(op)(*args, **kwargs)
+
+    return decompose
+
+
 def native_multi_head_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -649,6 +679,11 @@ def table() -> dict[Any, Any]:
         aten.clamp_min.default: clamp_min,
         aten.clamp_max.default: clamp_max,
         aten.native_layer_norm.default: native_layer_norm,
+        aten.hardtanh.default: _float64_rounded(aten.hardtanh.default, "min_val", "max_val"),
+        aten.addcmul.default: _float64_rounded(aten.addcmul.default, "value"),
+        aten.addmm.default: _float64_rounded(aten.addmm.default, "beta", "alpha"),
+        aten.celu.default: _float64_rounded(aten.celu.default, "alpha"),
+        aten.gelu.default: _float64_rounded(aten.gelu.default, "approximate"),
         aten._native_multi_head_attention.default: native_multi_head_attention,
         aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
     }

@@ -94,3 +94,9 @@ def unsupported_reason(dtype: torch.dtype) -> str:
         f"dtype {dtype} cannot be handed to ONNX Runtime by ortlab; it runs in PyTorch "
         f"(supported: {', '.join(str(d).removeprefix('torch.') for d in DTYPES)})"
     )
+
+
+def float32_holds(value: float) -> bool:
+    """Whether float32 holds the Python float exactly (numpy: not traced by make_fx)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(value)) == value

@@ -357,15 +357,11 @@ def _float64_rounds(*names: str) -> Callable[[torch.fx.Node], bool]:
         if not results or results[0].dtype != torch.float64:
             return False
         return any(
-            isinstance(v := _schema_arg(node, name), float) and not _float32_exact(v)
+            isinstance(v := _schema_arg(node, name), float) and not _dtypes.float32_holds(v)
             for name in names
         )
 
     return applies
-
-
-def _float32_exact(value: float) -> bool:
-    return torch.tensor(value, dtype=torch.float32).item() == value
 
 
 _FLOAT32_ATTRIBUTES = (
@@ -374,25 +370,12 @@ _FLOAT32_ATTRIBUTES = (
 )
 
 _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
-    torch.ops.aten.hardtanh.default: (
-        _float64_rounds("min_val", "max_val"),
-        _FLOAT32_ATTRIBUTES,
-    ),
-    torch.ops.aten.addcmul.default: (_float64_rounds("value"), _FLOAT32_ATTRIBUTES),
-    torch.ops.aten.addmm.default: (_float64_rounds("beta", "alpha"), _FLOAT32_ATTRIBUTES),
+    # The float64 ops ortlab's decompositions cannot write out (see
+    # ``_decompositions._float64_rounded`` for hardtanh, addcmul, addmm, celu, GELU).
     torch.ops.aten.addbmm.default: (_float64_rounds("beta", "alpha"), _FLOAT32_ATTRIBUTES),
-    torch.ops.aten.celu.default: (_float64_rounds("alpha"), _FLOAT32_ATTRIBUTES),
     torch.ops.aten._native_batch_norm_legit_no_training.default: (
         _float64_rounds("eps"),
         _FLOAT32_ATTRIBUTES,
-    ),
-    torch.ops.aten.gelu.default: (
-        lambda node: (
-            _schema_arg(node, "approximate") == "tanh"
-            and getattr(node.meta.get("val"), "dtype", None) == torch.float64
-        ),
-        "its tanh approximation's constants are float32, which loses this float64 "
-        "graph's precision",
     ),
     torch.ops.aten.avg_pool2d.default: (
         lambda node: _schema_arg(node, "divisor_override") is not None,
