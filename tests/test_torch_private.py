@@ -481,3 +481,30 @@ def test_the_schema_and_promotion_helpers_read_torch_as_the_rewrites_need():
     assert _torch_private.promoted_dtype(1.0, ints) == torch.float32
     assert _torch_private.promoted_dtype(2, ints.to(torch.uint8)) == torch.uint8
     assert _torch_private.aot_user_outputs() is None  # outside AOTAutograd's compile
+
+
+def test_the_exporter_picks_a_python_floats_dtype_where_the_swap_replaces_it():
+    # _python_floats_as_double swaps _building._determine_input_dtype (param, arg,
+    # type_binding) while a float64 graph is translated, and puts it back.
+    import inspect
+
+    from torch.onnx._internal.exporter import _building
+
+    original = _building._determine_input_dtype
+    assert list(inspect.signature(original).parameters) == ["param", "arg", "type_binding"]
+    with _torch_private._python_floats_as_double():
+        assert _building._determine_input_dtype is not original
+    assert _building._determine_input_dtype is original
+    with pytest.raises(RuntimeError), _torch_private._python_floats_as_double():
+        raise RuntimeError("a failed translation")
+    assert _building._determine_input_dtype is original
+
+
+def test_inputs_share_memory_and_empty_tensors_are_read_without_guards():
+    base = torch.arange(10.0)
+    assert _torch_private.inputs_share_memory([base[:5], base[5:]])
+    assert not _torch_private.inputs_share_memory([base, torch.arange(3.0), 2])
+    assert _torch_private.surely_empty(torch.ones(3, 0))
+    assert not _torch_private.surely_empty(torch.ones(3, 1))
+    assert _torch_private.surely_same_shape(torch.ones(2, 3), torch.zeros(2, 3))
+    assert not _torch_private.surely_same_shape(torch.ones(2, 3), torch.zeros(3, 2))

@@ -213,8 +213,8 @@ def thin_inference_applies(
 ) -> bool:
     """Whether this graph can skip AOTAutograd: it was captured with grad disabled (and
     Dynamo guards on grad mode, so it only ever runs that way), nothing inside switches grad
-    mode back on, no autocast, every input is a plain tensor or number, and no two
-    inputs share memory.
+    mode back on, no autocast, every input is a plain tensor or number, and it writes
+    nothing in place where two inputs share memory.
 
     Skipping AOTAutograd's runtime wrappers saves ~0.1 ms per call, which is most of the
     glue around a small model. Input mutations and input aliases, which AOTAutograd would

@@ -775,7 +775,7 @@ def surely_plain(value: torch.Tensor) -> bool:
     tensor guards them: the graph would recompile for every new size)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    if any(statically_known_true(size == 0) for size in value.shape):
+    if surely_empty(value):
         return True  # no elements: no layout to get wrong
     if not statically_known_true(value.storage_offset() == 0):
         return False
