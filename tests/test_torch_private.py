@@ -508,3 +508,9 @@ def test_inputs_share_memory_and_empty_tensors_are_read_without_guards():
     assert not _torch_private.surely_empty(torch.ones(3, 1))
     assert _torch_private.surely_same_shape(torch.ones(2, 3), torch.zeros(2, 3))
     assert not _torch_private.surely_same_shape(torch.ones(2, 3), torch.zeros(3, 2))
+
+
+def test_legacy_reduction_reads_size_average_and_reduce_as_torch_does():
+    assert _torch_private.legacy_reduction(None, None) == "mean"
+    assert _torch_private.legacy_reduction(False, None) == "sum"
+    assert _torch_private.legacy_reduction(None, False) == "none"

@@ -134,6 +134,7 @@ def lower(
     (the eager strategy's own warning says the last one), not when Dynamo restarts the
     analysis: the graph is then compiled again, and that compile warns.
     """
+    _swap_python_functions(graph_module)
     failures: list[tuple[Lowering, str]] = []
     for strategy in STRATEGIES:
         if not strategy.applies(host, graph_module, example_inputs):
@@ -164,6 +165,21 @@ def lower(
             warn(f"{_TEXT[name]} failed ({error}){tail}.")
         return compiled
     raise AssertionError("the eager strategy always applies")  # pragma: no cover
+
+
+def _swap_python_functions(graph_module: torch.fx.GraphModule) -> None:
+    """Calls of functions whose torch decomposition is wrong call ortlab's replacement
+    instead (``_decompositions.python_functions``), in place, before any lowering."""
+    from ortlab.backend import _decompositions
+
+    swaps = _decompositions.python_functions()
+    changed = False
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target in swaps:
+            node.target = swaps[node.target]
+            changed = True
+    if changed:
+        graph_module.recompile()
 
 
 _LABEL: dict[Lowering | None, str] = {"aot_autograd": "AOTAutograd", "make_fx": "make_fx"}

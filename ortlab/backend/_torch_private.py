@@ -303,6 +303,13 @@ def torch_decomposition(op: Any) -> Callable[..., Any]:
     return decomposition_table[op]
 
 
+def legacy_reduction(size_average: bool | None, reduce: bool | None) -> str:
+    """A loss's ``reduction`` from the deprecated ``size_average`` / ``reduce`` pair."""
+    from torch.nn import _reduction
+
+    return _reduction.legacy_get_string(size_average, reduce, emit_warning=False)
+
+
 _DECOMPOSED_DESPITE_TRANSLATION = (
     torch.ops.aten._native_batch_norm_legit_functional.default,
     # torchlib returns a placeholder for the second output, total_weight (the size of the
