@@ -556,7 +556,7 @@ def _lab_steps(
             result.bench_error = str(e)
         if not training and isinstance(callee, torch.nn.Module):
             status.step("trying freeze_parameters=True")
-            with torch.set_grad_enabled(training):  # the call's own mode, as --profile
+            with torch.no_grad():  # an inference call's mode, as --profile runs it
                 result.freeze = profiling.freeze_trial(
                     result.compiled, args, {}, runs=options.bench, model=callee
                 )

@@ -357,8 +357,9 @@ def recompile_limit_notes(obj: Any) -> list[str]:
         "specialises floats): later calls run that code in PyTorch, without ortlab. "
         "Compile with ortlab.compile(model, specialize_floats=False), or keep the value "
         "a tensor (no .item())."
-        for (_, frame), attempts in compiles.items()
-        if len(attempts) >= limit and (_, frame) in floats
+        for key, attempts in compiles.items()
+        for frame in [key[1]]
+        if len(attempts) >= limit and key in floats
     ] + [
         f"{frame} was compiled {len(attempts)} times, Dynamo's recompile limit "
         f"(torch.compiler.config.recompile_limit = {limit}): later calls with another "
@@ -367,8 +368,9 @@ def recompile_limit_notes(obj: Any) -> list[str]:
         "that sizes stay symbolic, or raise the limit: "
         "torch._dynamo.config.cache_size_limit = 64 (torch.compiler.config."
         "recompile_limit)."
-        for (_, frame), attempts in compiles.items()
-        if len(attempts) >= limit and (_, frame) not in floats
+        for key, attempts in compiles.items()
+        for frame in [key[1]]
+        if len(attempts) >= limit and key not in floats
     ]
 
 
