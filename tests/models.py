@@ -18,3 +18,15 @@ class Net(nn.Module):
 
     def forward(self, x):
         return torch.sigmoid(self.fc2(torch.relu(self.fc1(x)))) + self.offset
+
+
+class LabelledClassifier(nn.Module):
+    """A linear classifier whose call takes ``labels=`` and returns the loss, as
+    transformers' models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x, labels=None):
+        return nn.functional.cross_entropy(self.linear(x), labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from models import LabelledClassifier
 
 import ortlab
 from ortlab import views, zoo
@@ -90,21 +91,10 @@ def test_many_changes_of_one_kind_are_one_collapsed_line_with_the_rows_inside():
     assert "freeze_parameters" in html.split("<details")[0]  # one option: shown as it is
 
 
-class _WithLabels(torch.nn.Module):
-    """A model whose call takes ``labels=``, as transformers' models do."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x, labels=None):
-        return torch.nn.functional.cross_entropy(self.linear(x), labels)
-
-
 def test_compare_passes_keyword_inputs_named_labels_to_the_model():
     # ``labels=`` is also compare's own parameter (two names); a tensor there is the
     # model's input. And a call given by keywords only is made, compared and timed.
-    model = _WithLabels()
+    model = LabelledClassifier()
     x, y = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
     with torch.no_grad():
         cmp = ortlab.compare(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from models import LabelledClassifier
 from numerics_helpers import x_of
 from torch import nn
 
@@ -113,21 +114,10 @@ def test_unknown_backend_option_is_refused():
         ortlab.diff(lambda t: t + 1, x_of(2), not_an_option=True)
 
 
-class _Classifier(torch.nn.Module):
-    """Takes ``labels=`` as transformers' models do."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x, labels=None):
-        return torch.nn.functional.cross_entropy(self.linear(x), labels)
-
-
 def test_keyword_inputs_of_a_diff_are_a_partials_and_its_parameters_are_compared():
     import functools
 
-    model = _Classifier()
+    model = LabelledClassifier()
     x, y = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
     # diff's keyword arguments are backend options: the error says how to pass inputs.
     with pytest.raises(
