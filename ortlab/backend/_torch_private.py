@@ -1,9 +1,10 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-It is over 900 lines on purpose: its one concern is fencing PyTorch's internals, and a
-PyTorch upgrade should break one module, read top to bottom next to its pinning tests,
-not several. Its sections (the backend's, the lab's, the conformance generator's, the
-rewrites') are marked below.
+It is over 900 lines (about 1,500) on purpose: its one concern is fencing PyTorch's
+internals, and a PyTorch upgrade should break one module, read top to bottom next to its
+pinning tests, not several. Each function is a thin wrapper over one internal; splitting
+by caller would put the same internals behind two fences. Its sections (the backend's,
+the lab's, the conformance generator's, the rewrites') are marked below.
 
 # NOTE: ortlab relies on internals of the PyTorch ONNX exporter, AOTAutograd, Dynamo and
 # FX that carry no stability promise. They are all imported here and nowhere else, so
@@ -13,7 +14,9 @@ rewrites') are marked below.
 #   exporter  torch.onnx._internal.exporter: _registration.ONNXRegistry (the op registry),
 #             _core._translate_fx_graph and TorchTensor (FX -> onnx_ir, no re-trace),
 #             _ir_passes.add_opset_imports, _constants.ONNX_IR_VERSION, _decomp (ONNX-
-#             friendly decompositions); torch.onnx._internal.fx.passes: InsertTypePromotion,
+#             friendly decompositions), _building._determine_input_dtype (swapped while a
+#             float64 graph is translated); torch.onnx._internal.fx.passes:
+#             InsertTypePromotion,
 #             type_promotion.TypePromotionTable; torch.onnx._constants.ONNX_DEFAULT_OPSET
 #   AOT       torch._dynamo.backends.common.aot_autograd, torch._functorch: partitioners.
 #             min_cut_rematerialization_partition, aot_autograd.make_boxed_func
@@ -34,7 +37,11 @@ rewrites') are marked below.
 #             these arguments); torch._prims_common.elementwise_dtypes (promotion)
 #   dispatch  torch._dispatch.python.enable_python_dispatcher (make_fx on symbolic sizes)
 #   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode);
-#             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats)
+#             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats);
+#             symbolic_shapes.statically_known_true (sizes read without guards);
+#             multiprocessing.reductions.StorageWeakRef (inputs sharing memory)
+#   decomp    torch._decomp.decomposition_table (torch's own, for float64 calls);
+#             torch.nn._reduction.legacy_get_string (size_average / reduce)
 #   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
 #
 # When an import or signature check of the direct translation fails,
