@@ -40,6 +40,24 @@ def test_custom_op_without_translation_splits_into_two_partitions():
     assert all(p.run_count == 1 and p.error is None for p in graph.partitions)
 
 
+def test_partitions_are_numbered_in_the_order_they_run():
+    def f(x):
+        y = torch.relu(x) + 1
+        y = torch.linalg.matrix_exp(y)  # no translation: it splits the graph
+        return torch.sigmoid(y) * 2
+
+    backend = OrtBackend()
+    compiled = torch.compile(f, backend=backend)
+    x = torch.randn(3, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), f(x))
+    (graph,) = backend.graphs
+    assert [(p.name, p.node_names) for p in graph.partitions] == [
+        ("fused_0", ("relu", "add")),
+        ("fused_1", ("sigmoid", "mul")),
+    ]
+
+
 def test_min_partition_size_keeps_tiny_partitions_in_pytorch():
     spec = zoo.get("custom_op")
     spec.build()  # registers the custom op

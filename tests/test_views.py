@@ -38,7 +38,7 @@ that a loaded 2-core CI machine cannot trip it; speed itself is for benchmarks."
 @pytest.fixture(scope="module")
 def inference():
     """custom_op under no_grad, symbolic from the first call: one graph, partitions
-    fused_1 / fused_0 around soft_clip, each with one session serving batch 4 and 16."""
+    fused_0 / fused_1 around soft_clip, each with one session serving batch 4 and 16."""
     compiled, _ = compile_zoo("custom_op", dynamic=True)
     return compiled.ortlab_backend
 
@@ -224,9 +224,9 @@ def test_provenance_links_each_partition_node_to_the_onnx_nodes_it_became(infere
 @needs_dot
 def test_partition_viewer_highlights_onnx_nodes_of_a_chosen_fx_node_and_back(inference):
     viewer = views.PartitionViewer(inference)
-    viewer.partition.value = "fused_1"
+    viewer.partition.value = "fused_0"
     session = inference.graphs[0].partitions[0].sessions[0]
-    assert session.partition_name == "fused_1"
+    assert session.partition_name == "fused_0"
     prov = views.provenance(session)
     onnx_svg = parse_svg(_svg_of(viewer.onnx_view.value))
     fx_svg = parse_svg(_svg_of(viewer.fx_view.value))
@@ -358,7 +358,7 @@ def test_inspector_has_the_tabs_and_the_partition_viewer_follows_choices(trainin
     kinds = [label.split(" · ")[0] for label, _ in viewer.graph.options]
     assert kinds == ["0: forward", "1: backward"]
     assert "<svg" in viewer.graph_view.value
-    assert [v for _, v in viewer.partition.options] == ["fused_1", "fused_0"]
+    assert [v for _, v in viewer.partition.options] == ["fused_0", "fused_1"]
     viewer.graph.value = 1
     assert [v for _, v in viewer.partition.options] == ["fused_0"]
     assert viewer.session.layout.display == "none"  # one session: no choice shown

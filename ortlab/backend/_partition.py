@@ -56,7 +56,10 @@ def partition_graph(
             too_small.update((n.name, size) for n in p.nodes)
         else:
             partitions.append(p)
-    # The fuser numbers partitions in the order given; keep our naming aligned with it.
+    # The fuser numbers partitions in the order given: order them by where they start in
+    # the graph, so fused_0 runs first (the partitioner proposes them from the end).
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    partitions.sort(key=lambda p: min(position[n] for n in p.nodes))
     members = [tuple(n.name for n in p.nodes) for p in partitions]
     fused = partitioner.fuse_partitions(partitions)
     names = [

@@ -342,7 +342,8 @@ class PartitionRecord:
     """A fused group of supported nodes that runs in ONNX Runtime (or falls back)."""
 
     name: str
-    """``"fused_0"``, ``"fused_1"``, … as named by the partitioner."""
+    """``"fused_0"``, ``"fused_1"``, … in the order they run (the partitioner's groups, by
+    their first node in the graph)."""
     graph_index: int
     """Index of the owning :class:`GraphRecord` in ``backend.graphs``."""
     graph_kind: GraphKind

@@ -5,7 +5,7 @@ one partition's FX subgraph, a session's ONNX model; each node with its module s
 # (``fused_*`` call_module nodes whose sub-GraphModules are the partitions' graphs).
 # :func:`flat_nodes` inlines each partition's nodes back into one flat node list:
 #
-#   partitioned:  x -> fused_1 -> soft_clip -> fused_0 -> getitem -> out
+#   partitioned:  x -> fused_0 -> soft_clip -> fused_1 -> getitem -> out
 #   flat:         x -> [t -> addmm -> relu] -> soft_clip -> [t_1 -> addmm_1] -> out
 #
 # (``getitem`` nodes that only unpack a partition's outputs are edges, not nodes.)
