@@ -4,6 +4,7 @@ backward graphs that hold them run in ONNX Runtime whole."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -73,6 +74,68 @@ def test_convolution_backward_decomposed_matches_aten(case, spatial, weight_form
         torch.testing.assert_close(g, e)
     only_input = _decompositions.convolution_backward(*args, [True, False, False])
     assert only_input[1] is None and only_input[2] is None
+
+
+@pytest.mark.parametrize("spatial", [2, 1, 3])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_the_input_gradient_under_symbolic_sizes_matches_aten(case, spatial):
+    """Traced with symbolic sizes (output_padding is then symbolic), the graph gives
+    aten's input gradient at its own size and at a size it was not traced at."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    cin, cout, k, stride, pad, dil, groups, size = case
+    if spatial == 3:
+        size, k = min(size, 9), min(k, 3)
+    torch.manual_seed(0)
+    w = torch.randn(cout, cin // groups, *[k] * spatial, dtype=torch.float64)
+    sizes = [[value] * spatial for value in (stride, pad, dil)]
+
+    def example(extent):
+        x = torch.randn(2, cin, *[extent] * spatial, dtype=torch.float64)
+        go = torch.randn_like(CONV[spatial](x, w, None, stride, pad, dil, groups))
+        return go, x
+
+    def grad_input(go, x, w):
+        args = (go, x, w, None, *sizes, False, [0] * spatial, groups, [True, False, False])
+        return _decompositions.convolution_backward(*args)[0]
+
+    graph = make_fx(grad_input, tracing_mode="symbolic")(*example(size), w)
+    convolutions = [
+        n for n in graph.graph.nodes if n.target == torch.ops.aten.convolution.default
+    ]
+    assert all(c.args[7] == [0] * spatial for c in convolutions)  # no output_padding
+    for extent in (size, size + 1):
+        go, x = example(extent)
+        args = (go, x, w, None, *sizes, False, [0] * spatial, groups, [True, False, False])
+        expected = torch.ops.aten.convolution_backward.default(*args)[0]
+        torch.testing.assert_close(graph(go, x, w), expected, msg=str(extent))
+
+
+def test_a_strided_cnn_trains_under_dynamic_shapes_in_onnx_runtime():
+    """ONNX's ConvTranspose takes output_padding as an attribute: a symbolic one failed
+    to export and sent the input gradient to PyTorch with a FallbackWarning."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3),
+    )
+    reference = copy.deepcopy(model)
+    compiled = ortlab.compile(model, dynamic=True)
+    for size in (12, 13, 15):
+        x = torch.randn(2, 3, size, size + 2)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        compiled(x1).square().mean().backward()
+        reference(x2).square().mean().backward()
+        torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-6, msg=str(size))
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+            p.grad = q.grad = None
+    backward = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
+    for graph in backward:
+        assert len(graph.partitions) == 1 and not graph.error
+        kept = {v.target for v in graph.verdicts if not v.supported}
+        assert not any(t.startswith("aten.") for t in kept), kept  # size arithmetic only
 
 
 def test_a_transposed_convolution_keeps_the_op():

@@ -9,7 +9,9 @@ translates right, and added to the lowerings' table.
 #
 #   grad_input  = conv_transpose(grad_output, weight)   same stride, padding, dilation,
 #                                                        groups; output_padding restores
-#                                                        the input's size
+#                                                        the input's size (symbolic: the
+#                                                        whole transposed convolution,
+#                                                        padded and cut to the input)
 #   grad_weight = grad_output' @ patches'^T         im2col: each kernel offset's strided
 #                 grad_output' [g, C_out/g, N*Ho*Wo]  slice of the padded input, stacked
 #                 patches'     [g, C_in/g*kh*kw, N*Ho*Wo]  -> one (batched) MatMul
@@ -129,10 +131,13 @@ def convolution_backward(
                 + 1
             )
             restore.append(input.shape[2 + d] - produced)
-        same = (geometry.stride, geometry.padding, geometry.dilation)
-        grad_input = aten.convolution.default(
-            grad_output, weight, None, *same, True, restore, groups
-        )
+        if all(isinstance(r, int) for r in restore):
+            same = (geometry.stride, geometry.padding, geometry.dilation)
+            grad_input = aten.convolution.default(
+                grad_output, weight, None, *same, True, restore, groups
+            )
+        else:
+            grad_input = _grad_input_symbolic(grad_output, input, weight, geometry, restore)
     if output_mask[1]:
         fits = _im2col_fits(grad_output, input, weight)
         form = _grad_weight_im2col if fits else _grad_weight_conv
@@ -141,6 +146,40 @@ def convolution_backward(
         dims = [0, *range(2, grad_output.dim())]
         grad_bias = aten.sum.dim_IntList(grad_output, dims)
     return grad_input, grad_weight, grad_bias
+
+
+def _grad_input_symbolic(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    geometry: _Geometry,
+    restore: Sequence[Any],
+) -> torch.Tensor:
+    """The input gradient when ``output_padding`` is symbolic (a strided convolution under
+    dynamic shapes): ONNX's ``ConvTranspose`` takes it as an attribute, so the transposed
+    convolution is computed whole (no padding, no output padding), the input's rows that
+    no window reached are added as zeros at the end, and the padding is cut off::
+
+        full [.. (Ho-1)*s + d*(k-1) + 1 ..] -> pad end by restore -> [p : p + H]
+    """
+    spatial = len(restore)
+    zeros = [0] * spatial
+    full = aten.convolution.default(
+        grad_output,
+        weight,
+        None,
+        geometry.stride,
+        zeros,
+        geometry.dilation,
+        True,
+        zeros,
+        geometry.groups,
+    )
+    full = aten.constant_pad_nd.default(full, [p for r in reversed(restore) for p in (0, r)])
+    for d in range(spatial):
+        start = geometry.padding[d]
+        full = aten.slice.Tensor(full, 2 + d, start, start + input.shape[2 + d])
+    return full
 
 
 # The im2col form's limits: kernel offsets (one slice each) and elements of the patches.
