@@ -138,10 +138,57 @@ def test_a_strided_cnn_trains_under_dynamic_shapes_in_onnx_runtime():
         assert not any(t.startswith("aten.") for t in kept), kept  # size arithmetic only
 
 
-def test_a_transposed_convolution_keeps_the_op():
+TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+# Each case, with an output_padding of 1 where the stride allows one.
+TRANSPOSED_CASES = [(c, p) for c in CASES for p in (0, 1) if p < c[3]]
+
+
+@pytest.mark.parametrize("spatial", [2, 1, 3])
+@pytest.mark.parametrize(
+    "case", TRANSPOSED_CASES, ids=lambda c: "-".join(map(str, c[0] + (c[1],)))
+)
+def test_transposed_convolution_backward_decomposed_matches_aten(case, spatial, weight_form):
+    (cin, cout, k, stride, pad, dil, groups, size), output_padding = case
+    if spatial == 3:
+        size, k = min(size, 6), min(k, 3)
+    torch.manual_seed(0)
+    x = torch.randn(2, cin, *[size] * spatial, dtype=torch.float64)
+    w = torch.randn(cin, cout // groups, *[k] * spatial, dtype=torch.float64)
+    go = torch.randn_like(
+        TRANSPOSED[spatial](x, w, None, stride, pad, output_padding, groups, dil)
+    )
+    sizes = [[value] * spatial for value in (stride, pad, dil)]
+    args = (go, x, w, [cout], *sizes, True, [output_padding] * spatial, groups)
+    expected = torch.ops.aten.convolution_backward.default(*args, [True, True, True])
+    got = _decompositions.convolution_backward(*args, [True, True, True])
+    for name, g, e in zip(("input", "weight", "bias"), got, expected):
+        torch.testing.assert_close(g, e, msg=name)
+
+
+def test_a_transposed_convolution_with_output_padding_past_the_stride_keeps_the_op():
+    """output_padding may reach the dilation; the convolution that gives the input
+    gradient would then not come back to the input's size."""
     w = torch.randn(4, 2, 3, 3)
-    args = (None, None, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, [True] * 3)
+    args = (None, None, w, None, [1, 1], [0, 0], [2, 2], True, [1, 1], 1, [True] * 3)
     assert _decompositions.convolution_backward(*args) is NotImplemented
+
+
+def test_a_transposed_cnn_trains_in_onnx_runtime_whole_and_right():
+    """A decoder (as in U-Net, GAN generators, VAEs): its backward graph ran wholly in
+    PyTorch, as convolution_backward of a transposed convolution had no translation."""
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1),
+            torch.nn.ReLU(),
+            torch.nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1, groups=2),
+        )
+
+    ops = _trains_in_one_backward_partition(make, torch.randn(2, 8, 5, 6), _square_mean)
+    assert "ConvTranspose" not in ops and ops.count("Conv") == 1  # the second's input grad
 
 
 def test_a_cnns_training_step_runs_in_onnx_runtime_whole_and_right():

@@ -26,7 +26,11 @@ translates right, and added to the lowerings' table.
 #                 1.13-1.28x).
 #   grad_bias   = grad_output summed over all but the channel dim
 #
-# Transposed convolutions keep the op (the decomposition returns NotImplemented).
+# A transposed convolution's backward is the same three with the roles turned round: it
+# is the adjoint of the convolution with its weight, so its input gradient is that
+# convolution of grad_output, and its weight gradient that convolution's weight gradient
+# with grad_output as the input (U-Net decoders, GAN generators and VAEs ran their whole
+# backward graph in PyTorch before).
 #
 # NOTE: ``aten.avg_pool2d_backward`` has no translation or decomposition either
 # (EfficientNet's and PoolFormer's backward graphs were cut at every average pool). The
@@ -113,12 +117,14 @@ def convolution_backward(
     output_mask: Sequence[bool],
 ) -> Any:
     """``aten.convolution_backward`` in convolutions (see the module's NOTE)."""
-    if transposed:
-        return NotImplemented
     spatial = weight.dim() - 2
     geometry = _Geometry(
         _expand(stride, spatial), _expand(padding, spatial), _expand(dilation, spatial), groups
     )
+    if transposed:
+        return _transposed_backward(
+            grad_output, input, weight, geometry, output_padding, output_mask
+        )
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         restore = []
@@ -145,6 +151,36 @@ def convolution_backward(
     if output_mask[2]:
         dims = [0, *range(2, grad_output.dim())]
         grad_bias = aten.sum.dim_IntList(grad_output, dims)
+    return grad_input, grad_weight, grad_bias
+
+
+def _transposed_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    geometry: _Geometry,
+    output_padding: Sequence[int],
+    output_mask: Sequence[bool],
+) -> Any:
+    """A transposed convolution is the adjoint of the convolution with the same weight
+    and geometry: its input gradient is that convolution of ``grad_output``, and its
+    weight gradient is that convolution's weight gradient with ``grad_output`` as the
+    input and ``input`` as the output's gradient."""
+    spatial = len(geometry.stride)
+    if any(op >= s for op, s in zip(_expand(output_padding, spatial), geometry.stride)):
+        return NotImplemented  # the convolution would not give the input's size back
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        same = (geometry.stride, geometry.padding, geometry.dilation)
+        grad_input = aten.convolution.default(
+            grad_output, weight, None, *same, False, [0] * spatial, geometry.groups
+        )
+    if output_mask[1]:
+        fits = _im2col_fits(input, grad_output, weight)
+        form = _grad_weight_im2col if fits else _grad_weight_conv
+        grad_weight = form(input, grad_output, weight, geometry)
+    if output_mask[2]:
+        grad_bias = aten.sum.dim_IntList(grad_output, [0, *range(2, grad_output.dim())])
     return grad_input, grad_weight, grad_bias
 
 
