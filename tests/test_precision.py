@@ -57,6 +57,32 @@ def test_a_bfloat16_mlp_runs_in_onnx_runtime_with_eagers_result():
     assert "Gemm" in ops or "MatMul" in ops
 
 
+@pytest.mark.parametrize("factory", ["zeros_like", "ones_like", "full_like"])
+def test_a_bfloat16_tensor_made_like_a_mask_trains_in_onnx_runtime(factory):
+    """transformers builds attention masks as ``zeros_like(mask, dtype=bfloat16)``: in a
+    training graph it became a bfloat16 Expand, which ONNX Runtime's CPU provider lacks
+    (a FallbackWarning and a cut partition in BERT or GPT-2 under autocast)."""
+    make = {
+        "zeros_like": lambda m: torch.zeros_like(m, dtype=torch.bfloat16),
+        "ones_like": lambda m: torch.ones_like(m, dtype=torch.bfloat16),
+        "full_like": lambda m: torch.full_like(m, 0.3, dtype=torch.bfloat16),
+    }[factory]
+
+    def f(x):
+        return (make(x > 0) * x).sum()
+
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    backend = ortlab.OrtBackend()
+    got = torch.compile(f, backend=backend)(x1)
+    expected = f(x2)
+    got.backward()
+    expected.backward()
+    assert torch.equal(got, expected) and torch.equal(x1.grad, x2.grad)
+    (forward,) = [g for g in backend.graphs if g.kind == "forward"]
+    assert not forward.eager_node_names and len(forward.partitions) == 1
+
+
 def test_what_onnx_runtime_runs_in_the_narrow_type_stays_narrow():
     def f(x, y):
         return torch.cat([x.t(), y.t()]).reshape(-1)

@@ -83,7 +83,7 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
             (node.args, node.kwargs), lambda a: _widen(graph, a, widened)
         )
         narrow = node.meta["val"]
-        if node.target in _FACTORIES:  # no fake input to recompute from: its value widened
+        if node.target in _FACTORIES or node.target in _LIKE_FACTORIES:  # made in float32
             node.kwargs = {**node.kwargs, "dtype": torch.float32}
             node.meta["val"] = narrow.to(torch.float32)
         else:
@@ -108,7 +108,7 @@ def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
     if seeded and "scaled_dot_product" not in target.__name__:  # random: stays in PyTorch
         return False
     values = [_rewrites.fake_value(a) for a in node.all_input_nodes]
-    if target in _FACTORIES:  # no inputs: the dtype it makes says
+    if target in _FACTORIES or target in _LIKE_FACTORIES:  # the dtype it makes says
         values = [node.meta.get("val")]
     if not any(_is_narrow(v) for v in values):
         return False
@@ -122,6 +122,13 @@ _FACTORIES = frozenset(
 )
 """Ops that make a tensor of a value in the dtype they are given: made in float32, then
 cast (the value rounds once, either way)."""
+
+_LIKE_FACTORIES = frozenset(
+    {_aten.zeros_like.default, _aten.ones_like.default, _aten.full_like.default}
+)
+"""The same, shaped like their input, whose dtype may differ from the one they make
+(``zeros_like(mask, dtype=torch.bfloat16)`` in transformers' attention masks): the
+dtype they make decides, not their input's."""
 
 
 def _computes_values(node: torch.fx.Node) -> bool:
