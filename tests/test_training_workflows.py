@@ -99,3 +99,41 @@ def test_a_compiled_optimizer_step_updates_like_eager(name):
         for (key, got), want in zip(optimizer.state[p].items(), eager.state[r].values()):
             torch.testing.assert_close(got, want, msg=key)
     assert backend.graphs and all(g.lowering == "aot_autograd" for g in backend.graphs)
+
+
+def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_kernel():
+    """Falcon with ALiBi masks a left-padded query row with ``finfo.min`` (finite) on
+    every key. ortlab traces attention as PyTorch's math kernel, whose gradient is the
+    softmax's. PyTorch's CPU flash kernel, which eager takes by default, rebuilds the
+    row's probabilities in its backward from a log-sum-exp that rounded to the mask
+    value, so they come back as 1 instead of 1/keys: its gradient for such a row is
+    ``keys`` times larger. ortlab gives the math kernel's (and eager attention's)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v, w = (
+        torch.randn(1, 2, 3, 4, generator=torch.Generator().manual_seed(i)) for i in range(4)
+    )
+    mask = torch.zeros(1, 2, 3, 3)
+    mask[..., 0, :] = torch.finfo(torch.float32).min  # query 0 sees no key
+
+    def f(q, k, v):
+        return (
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) * w
+        ).sum()
+
+    def gradients(fn):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        fn(*inputs).backward()
+        return [t.grad for t in inputs]
+
+    backend = ortlab.OrtBackend()
+    got = gradients(torch.compile(f, backend=backend))
+    with sdpa_kernel(SDPBackend.MATH):
+        math = gradients(f)
+    for name, g, m in zip("qkv", got, math):
+        torch.testing.assert_close(g, m, msg=name)
+    assert_all_in_onnx_runtime(backend)
+    # The default CPU kernel's gradient for the masked row: keys (3) times the softmax's.
+    flash = gradients(f)
+    torch.testing.assert_close(flash[0][..., 0, :], 3 * math[0][..., 0, :])
+    torch.testing.assert_close(flash[0][..., 1:, :], math[0][..., 1:, :])
