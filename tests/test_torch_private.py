@@ -239,6 +239,25 @@ def test_attention_as_math_traces_attention_without_fused_kernels():
     assert any("flash" in str(n.target) for n in plain.graph.nodes)
 
 
+def test_attention_as_math_reaches_the_attention_inside_multi_head_attention_forward():
+    """The mode is off while F.multi_head_attention_forward runs; its copy calls the
+    math path through its module's global ``scaled_dot_product_attention``."""
+    assert "scaled_dot_product_attention" in (
+        torch.nn.functional.multi_head_attention_forward.__code__.co_names
+    )
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(2, 4, 8)
+
+    def f(x):
+        return mha(x, x, x, need_weights=False)[0]
+
+    with _torch_private.attention_as_math():
+        gm = make_fx(f)(x)
+    targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not any("flash" in t for t in targets) and any("softmax" in t for t in targets)
+    torch.testing.assert_close(gm(x), f(x))
+
+
 @pytest.mark.parametrize("mask", ["bool", "bool, a fully masked row", "float", "causal"])
 def test_attention_as_math_matches_attention_for_every_kind_of_mask(mask):
     q, k, v = (

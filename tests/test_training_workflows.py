@@ -137,3 +137,32 @@ def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_k
     flash = gradients(f)
     torch.testing.assert_close(flash[0][..., 0, :], 3 * math[0][..., 0, :])
     torch.testing.assert_close(flash[0][..., 1:, :], math[0][..., 1:, :])
+
+
+@pytest.mark.parametrize("mask", ["none", "key padding", "causal"])
+def test_a_transformer_encoder_layer_trains_whole_in_onnx_runtime(mask):
+    """nn.MultiheadAttention (need_weights=False, as nn.TransformerEncoderLayer calls it)
+    calls attention inside F.multi_head_attention_forward, where ortlab's switch to the
+    math kernel did not reach: the fused kernel and its backward stayed in PyTorch and
+    cut every layer's graphs in three."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        16, 2, dim_feedforward=32, dropout=0.0, batch_first=True
+    )
+    reference = copy.deepcopy(layer)
+    x = torch.randn(3, 6, 16)
+    kwargs = {}
+    if mask == "key padding":
+        padding = torch.zeros(3, 6, dtype=torch.bool)
+        padding[1, 4:] = True
+        kwargs["src_key_padding_mask"] = padding
+    elif mask == "causal":
+        kwargs["src_mask"] = torch.nn.Transformer.generate_square_subsequent_mask(6)
+        kwargs["is_causal"] = True
+    backend = ortlab.OrtBackend()
+    torch.compile(layer, backend=backend)(x, **kwargs).square().mean().backward()
+    reference(x, **kwargs).square().mean().backward()
+    for (name, p), q in zip(layer.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert_all_in_onnx_runtime(backend)
+    assert [len(g.partitions) for g in backend.graphs] == [1, 1]

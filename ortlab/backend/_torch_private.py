@@ -22,7 +22,8 @@ the lab's, the conformance generator's, the rewrites') are marked below.
 #             min_cut_rematerialization_partition, aot_autograd.make_boxed_func
 #   functional torch._subclasses.functional_tensor.FunctionalTensor(Mode),
 #             torch._functionalize_has_(data|metadata)_mutation, torch._sync,
-#             torch._from_functional_tensor; aten._scaled_dot_product_attention_math
+#             torch._from_functional_tensor; aten._scaled_dot_product_attention_math;
+#             F.multi_head_attention_forward's globals (copied, see _calling_math)
 #   Dynamo    torch._guards: detect_fake_mode, CompileContext, TracingContext (and its
 #             fw_metadata: AOTAutograd's output layout); torch.compile's
 #             isolate_recompiles (2.13; absent in 2.11);
@@ -59,6 +60,7 @@ import logging
 import math as math_module
 import re
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -345,6 +347,9 @@ def attention_as_math() -> Iterator[None]:
     decomposition table is consulted); torch's decomposition of the flash op itself is
     no substitute (its ``logsumexp`` does not fit the flash backward kernel, and the
     gradients of the attention inputs came out wrong by orders of magnitude).
+    ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, every
+    ``nn.Transformer*`` layer) is itself overridable: the mode is off while it runs, so
+    it runs as a copy whose attention is the math path (:func:`_calling_math`).
     """
     from torch.overrides import TorchFunctionMode
 
@@ -362,10 +367,35 @@ def attention_as_math() -> Iterator[None]:
             kwargs = kwargs or {}
             if func is sdpa:
                 return _sdpa_math(math, *args, **kwargs)
+            if func is multi_head_attention:
+                # The mode is off while this runs, so the attention it calls inside would
+                # be the fused kernel: run a copy of it that calls the math path instead.
+                return _calling_math(func)(*args, **kwargs)
             return func(*args, **kwargs)
 
+    multi_head_attention = torch.nn.functional.multi_head_attention_forward
     with _AsMath():
         yield
+
+
+def _calling_math(function: Any) -> Any:
+    """A copy of ``function`` (of ``torch.nn.functional``) whose calls of
+    ``scaled_dot_product_attention`` run the math path: its globals are a copy of the
+    module's with that one name replaced (nothing global changes)."""
+    math = torch.ops.aten._scaled_dot_product_attention_math.default
+    names = dict(function.__globals__)
+    if "scaled_dot_product_attention" not in names:  # torch changed how it calls it
+        return function
+    names["scaled_dot_product_attention"] = functools.partial(_sdpa_math, math)
+    copy = types.FunctionType(
+        function.__code__,
+        names,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
 
 
 def _sdpa_math(
