@@ -30,3 +30,17 @@ class LabelledClassifier(nn.Module):
 
     def forward(self, x, labels=None):
         return nn.functional.cross_entropy(self.linear(x), labels)
+
+
+def encoder_masks(kind: str, mask_keyword: str) -> dict[str, torch.Tensor | bool]:
+    """Keyword arguments of a transformer encoder (layer) on a [3, 6, d] batch: no mask
+    (``"none"``), a key padding mask with a padded tail in the second sequence
+    (``"padding"``), or a causal mask (``"causal"``, passed as ``mask_keyword``)."""
+    if kind == "padding":
+        padding = torch.zeros(3, 6, dtype=torch.bool)
+        padding[1, 4:] = True
+        return {"src_key_padding_mask": padding}
+    if kind == "causal":
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        return {mask_keyword: causal, "is_causal": True}
+    return {}

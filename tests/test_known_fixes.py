@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from models import encoder_masks
 from training_helpers import assert_all_in_onnx_runtime, assert_gradients_match, causal_lm
 
 import ortlab
@@ -638,14 +639,7 @@ def test_transformer_encoder_fast_path_runs_in_onnx_runtime(norm_first, masks):
     )
     encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     x = torch.randn(3, 6, 16)
-    kwargs = {}
-    if masks == "padding":
-        padding = torch.zeros(3, 6, dtype=torch.bool)
-        padding[1, 4:] = True
-        kwargs["src_key_padding_mask"] = padding
-    elif masks == "causal":
-        kwargs["mask"] = torch.nn.Transformer.generate_square_subsequent_mask(6)
-        kwargs["is_causal"] = True
+    kwargs = encoder_masks(masks, "mask")
     backend = ortlab.OrtBackend()
     with torch.no_grad():
         result = torch.compile(encoder, backend=backend)(x, **kwargs)

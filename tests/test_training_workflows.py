@@ -10,6 +10,7 @@ import copy
 
 import pytest
 import torch
+from models import encoder_masks
 from training_helpers import assert_all_in_onnx_runtime, assert_gradients_match, causal_lm
 
 import ortlab
@@ -139,7 +140,7 @@ def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_k
     torch.testing.assert_close(flash[0][..., 1:, :], math[0][..., 1:, :])
 
 
-@pytest.mark.parametrize("mask", ["none", "key padding", "causal"])
+@pytest.mark.parametrize("mask", ["none", "padding", "causal"])
 def test_a_transformer_encoder_layer_trains_whole_in_onnx_runtime(mask):
     """nn.MultiheadAttention (need_weights=False, as nn.TransformerEncoderLayer calls it)
     calls attention inside F.multi_head_attention_forward, where ortlab's switch to the
@@ -151,14 +152,7 @@ def test_a_transformer_encoder_layer_trains_whole_in_onnx_runtime(mask):
     )
     reference = copy.deepcopy(layer)
     x = torch.randn(3, 6, 16)
-    kwargs = {}
-    if mask == "key padding":
-        padding = torch.zeros(3, 6, dtype=torch.bool)
-        padding[1, 4:] = True
-        kwargs["src_key_padding_mask"] = padding
-    elif mask == "causal":
-        kwargs["src_mask"] = torch.nn.Transformer.generate_square_subsequent_mask(6)
-        kwargs["is_causal"] = True
+    kwargs = encoder_masks(mask, "src_mask")
     backend = ortlab.OrtBackend()
     torch.compile(layer, backend=backend)(x, **kwargs).square().mean().backward()
     reference(x, **kwargs).square().mean().backward()
