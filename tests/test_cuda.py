@@ -97,3 +97,30 @@ def test_cuda_graphs_with_symbolic_shapes_run_without_a_graph_and_say_why():
             torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
     (session,) = backend.sessions
     assert not session.cuda_graph and "symbolic dims" in session.cuda_graph_note
+
+
+def test_batch_norm_training_on_cuda_runs_in_ort_and_matches():
+    # The batch statistics' prims took the 0-d tensor of a number made on CUDA and
+    # refused it: the step raised (a ResNet's training on CUDA).
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 4),
+        ).cuda()
+
+    model, twin = make(), make()
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    y = torch.randint(0, 4, (4,), device="cuda")
+    compiled = ortlab.compile(model)
+    torch.nn.functional.cross_entropy(compiled(x), y).backward()
+    torch.nn.functional.cross_entropy(twin(x), y).backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(model[1].running_mean, twin[1].running_mean)
+    graphs = compiled.ortlab_backend.graphs
+    assert all(g.eager_node_names == () for g in graphs), [g.eager_node_names for g in graphs]

@@ -212,3 +212,31 @@ def test_a_float64_layer_norm_trains_in_onnx_runtime():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-14)
     assert {g.kind for g in backend.graphs} == {"forward", "backward"}
     assert all(not g.eager_node_names for g in backend.graphs)
+
+
+def test_numbers_become_cpu_scalars_as_pytorch_wraps_them_on_any_device():
+    """A number in a tensor slot becomes a 0-d *CPU* tensor, as PyTorch wraps numbers:
+    ops take one beside tensors of any device, and prims (which do not broadcast) take no
+    other 0-d tensor. Made on the graph's device, batch norm's training statistics on
+    CUDA (``prims.div(sum, 8192.0)``) failed in export and again in PyTorch: a ResNet's
+    training step raised. Traced on fake CUDA tensors (no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode()
+    with mode:
+        x = torch.empty(1, 4, 1, 1, device="cuda")
+    graph = torch.fx.Graph()
+    t = graph.placeholder("t")
+    t.meta["val"] = x
+    out = graph.call_function(torch.ops.prims.div.default, (t, 8192.0))
+    with mode:
+        out.meta["val"] = torch.ops.prims.div.default(x, 8192.0)
+    graph.output(out)
+    rewritten = _scalars.for_onnx(torch.fx.GraphModule({}, graph))
+    (number,) = [
+        n for n in rewritten.graph.nodes if n.target == torch.ops.aten.scalar_tensor.default
+    ]
+    assert number.kwargs["device"] == torch.device("cpu")
+    result = FakeTensorProp(rewritten, mode).propagate(x)
+    assert result.device.type == "cuda" and result.shape == (1, 4, 1, 1)

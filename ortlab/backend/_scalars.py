@@ -150,7 +150,7 @@ def _numbers_in_tensor_slots(node: torch.fx.Node) -> list[int]:
 
 def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
     """Replaces, in place, each Python number passed where the schema takes a tensor by a
-    0-d tensor of the dtype PyTorch promotes it to (``scalar_tensor(1.0, float32)`` next
+    0-d CPU tensor of the dtype PyTorch promotes it to (``scalar_tensor(1.0, float32)`` next
     to an int64 tensor, ``scalar_tensor(2, uint8)`` next to a uint8 one); returns how many
     nodes changed. The node's result dtype stays: a 0-d tensor promotes as the number."""
     graph = graph_module.graph
@@ -161,7 +161,6 @@ def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
             continue
         tensors = [_rewrites.fake_value(a) for a in node.all_input_nodes]
         tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-        device = tensors[0].device if tensors else torch.device("cpu")
         args = list(node.args)
         for i in positions:
             dtype = _torch_private.promoted_dtype(args[i], *tensors)
@@ -171,7 +170,10 @@ def numbers_as_tensors(graph_module: torch.fx.GraphModule) -> int:
                     node,
                     torch.ops.aten.scalar_tensor.default,
                     (args[i],),
-                    {"dtype": dtype, "device": device},
+                    # On the CPU whatever the graph's device, as PyTorch wraps numbers:
+                    # every op takes a CPU 0-d tensor beside tensors of any device, and
+                    # prims (no broadcasting) take no other 0-d tensor.
+                    {"dtype": dtype, "device": torch.device("cpu")},
                 )
         node.args = tuple(args)
         changed += 1
