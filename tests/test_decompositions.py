@@ -1,6 +1,6 @@
 """ortlab's own decompositions (convolution_backward in convolutions, avg_pool2d_backward,
-_weight_norm_interface_backward, as_strided_scatter), exact against ATen, so that the
-backward graphs that hold them run in ONNX Runtime whole."""
+adaptive pooling's backward, _weight_norm_interface_backward, as_strided_scatter), exact
+against ATen, so that the backward graphs that hold them run in ONNX Runtime whole."""
 
 from __future__ import annotations
 
@@ -319,6 +319,79 @@ def test_a_pooling_cnns_training_step_runs_in_onnx_runtime_whole_and_right():
     assert ops.count("ConvTranspose") == 3  # two average pools, the 1x1 convolution's input
 
 
+# -- adaptive pooling's backward ------------------------------------------------------------
+
+ADAPTIVE = [
+    ((8, 8), (4, 4)),  # windows that tile the input
+    ((8, 9), (3, 5)),  # overlapping windows of unequal lengths
+    ((10, 3), (4, 2)),
+    ((3, 3), (6, 5)),  # more outputs than inputs
+    ((5, 6), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("lead", [(2, 3), (3,)], ids=["batched", "unbatched"])
+@pytest.mark.parametrize("size,out", ADAPTIVE, ids=lambda c: "x".join(map(str, c)))
+def test_adaptive_pool2d_backward_decomposed_matches_aten(size, out, lead):
+    torch.manual_seed(0)
+    x = torch.randn(*lead, *size, dtype=torch.float64)
+    go = torch.randn(*lead, *out, dtype=torch.float64)
+    torch.testing.assert_close(
+        _decompositions.adaptive_avg_pool2d_backward(go, x),
+        torch.ops.aten._adaptive_avg_pool2d_backward.default(go, x),
+    )
+    _, indices = F.adaptive_max_pool2d(x, out, return_indices=True)
+    torch.testing.assert_close(
+        _decompositions.adaptive_max_pool2d_backward(go, x, indices),
+        torch.ops.aten.adaptive_max_pool2d_backward.default(go, x, indices),
+    )
+
+
+def test_symbolic_sizes_keep_adaptive_pool2d_backward():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    kept = []
+
+    def grad(go, x, indices):
+        outs = [
+            _decompositions.adaptive_avg_pool2d_backward(go, x),
+            _decompositions.adaptive_max_pool2d_backward(go, x, indices),
+        ]
+        kept.append([out is NotImplemented for out in outs])
+        return x
+
+    x = torch.randn(2, 3, 8, 8)
+    _, indices = F.adaptive_max_pool2d(x, 3, return_indices=True)
+    for mode in ("real", "symbolic"):
+        make_fx(grad, tracing_mode=mode)(torch.randn(2, 3, 3, 3), x, indices)
+    assert kept == [[False, False], [True, True]]
+
+
+def test_a_pyramid_pooling_cnn_trains_in_onnx_runtime_whole_and_right():
+    class Pyramid(torch.nn.Module):  # PSPNet's pooling module, with a max-pooled branch
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.head = torch.nn.Conv2d(20, 5, 1)
+
+        def forward(self, x):
+            x = self.stem(x).relu()
+            size = x.shape[-2:]
+            branches = [F.adaptive_avg_pool2d(x, bins) for bins in (2, 3, 6)]
+            branches.append(F.adaptive_max_pool2d(x, 4))
+            ups = [
+                F.interpolate(b, size, mode="bilinear", align_corners=False) for b in branches
+            ]
+            return self.head(torch.cat([x, *ups], 1))
+
+    def make():
+        torch.manual_seed(0)
+        return Pyramid()
+
+    ops = _trains_in_one_backward_partition(make, torch.randn(2, 3, 13, 11), _square_mean)
+    assert "ScatterElements" in ops and ops.count("MatMul") >= 6
+
+
 # -- _weight_norm_interface_backward -------------------------------------------------------
 
 
@@ -416,6 +489,11 @@ def test_the_decompositions_keep_their_inputs_device_and_dtype(device, dtype):
     src = torch.randn(3, 4, dtype=dtype, device=device)
     scattered = _decompositions.as_strided_scatter(flat, src, [3, 4], [8, 2], 1)
     assert scattered.device == flat.device and scattered.dtype == dtype
+    spread = _decompositions.adaptive_avg_pool2d_backward(go[..., :3, :3], x)
+    assert spread.device == x.device and spread.dtype == dtype
+    indices = torch.zeros(2, 3, 4, 4, dtype=torch.int64, device=device)
+    gathered = _decompositions.adaptive_max_pool2d_backward(go, x, indices)
+    assert gathered.device == x.device and gathered.dtype == dtype
 
 
 def test_a_pooling_cnn_trains_under_bfloat16_autocast_in_onnx_runtime():

@@ -41,6 +41,15 @@ translates right, and added to the lowerings' table.
 # ``[o*s - p, min(o*s - p + k, size + p))``, clamped to ``[0, size)`` unless
 # ``count_include_pad``; ``divisor_override`` replaces it. Symbolic sizes keep the op.
 #
+# Adaptive pooling's backward had neither a translation nor a decomposition either
+# (PSPNet's pyramid pooling, ``interpolate(mode="area")``; to size 1 it is a mean, which
+# runs). Average pooling is separable and linear: along each dim, output ``i`` averages
+# ``[floor(i*n/m), ceil((i+1)*n/m))``, so ``out = P_h @ x @ P_w^T`` with ``P`` the
+# ``[m, n]`` matrix holding ``1 / window length`` inside each window, and the gradient is
+# ``P_h^T @ grad_output @ P_w``: two MatMuls with matrices computed in the graph. Max
+# pooling's gradient is a scatter-add of ``grad_output`` at the saved indices (flat over
+# the last two dims; windows can overlap), in float32 for narrower floats.
+#
 # ``aten._weight_norm_interface_backward`` (wav2vec2's and HuBERT's positional
 # convolution) is written out as ATen computes it, with ``n`` the saved norms:
 # ``grad_g = sum(grad_w * v) / n`` over every dim but ``dim`` (all of them for -1),
@@ -383,6 +392,51 @@ def _window_counts(
         start = aten.clamp_min.default(start, 0)
         end = aten.clamp_max.default(end, size)
     return end - start
+
+
+def adaptive_avg_pool2d_backward(grad_output: torch.Tensor, input: torch.Tensor) -> Any:
+    """``aten._adaptive_avg_pool2d_backward`` as two matrix products with the pooling's
+    spread matrices (see the module's NOTE); symbolic sizes keep the op."""
+    shapes = (grad_output.shape, input.shape)
+    if not all(isinstance(size, int) for shape in shapes for size in shape):
+        return NotImplemented
+    (rows, cols), (height, width) = grad_output.shape[-2:], input.shape[-2:]
+    along_h = _adaptive_spread(rows, height, grad_output)  # [rows, height]
+    along_w = _adaptive_spread(cols, width, grad_output)  # [cols, width]
+    spread = aten.matmul.default(aten.t.default(along_h), grad_output)
+    return aten.matmul.default(spread, along_w)
+
+
+def _adaptive_spread(outputs: int, size: int, like: torch.Tensor) -> torch.Tensor:
+    """``[outputs, size]``: ``1 / window length`` where ATen's adaptive window of each
+    output covers the position, 0 elsewhere (computed in the graph, as
+    :func:`_window_counts`)."""
+    index = aten.arange.default(outputs, dtype=torch.int64, device=like.device)
+    start = aten.div.Tensor_mode(index * size, outputs, rounding_mode="floor")
+    end = aten.div.Tensor_mode(
+        (index + 1) * size + outputs - 1, outputs, rounding_mode="floor"
+    )
+    position = aten.arange.default(size, dtype=torch.int64, device=like.device)
+    inside = (position >= start.unsqueeze(1)) & (position < end.unsqueeze(1))
+    length = aten._to_copy.default(end - start, dtype=like.dtype).unsqueeze(1)
+    return aten._to_copy.default(inside, dtype=like.dtype) / length
+
+
+def adaptive_max_pool2d_backward(
+    grad_output: torch.Tensor, input: torch.Tensor, indices: torch.Tensor
+) -> Any:
+    """``aten.adaptive_max_pool2d_backward``: each output's gradient added at the input
+    position its index names (flat over the last two dims), in float32 for narrower
+    floats as ATen accumulates."""
+    if not all(isinstance(size, int) for size in input.shape):
+        return NotImplemented
+    lead, plane = list(input.shape[:-2]), input.shape[-2] * input.shape[-1]
+    dtype = grad_output.dtype
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    source = aten._to_copy.default(aten.flatten.using_ints(grad_output, -2), dtype=wide)
+    zeros = aten.zeros.default([*lead, plane], dtype=wide, device=grad_output.device)
+    added = aten.scatter_add.default(zeros, -1, aten.flatten.using_ints(indices, -2), source)
+    return aten._to_copy.default(aten.view.default(added, list(input.shape)), dtype=dtype)
 
 
 def weight_norm_interface_backward(
@@ -781,6 +835,8 @@ def table() -> dict[Any, Any]:
     return {
         aten.convolution_backward.default: convolution_backward,
         aten.avg_pool2d_backward.default: avg_pool2d_backward,
+        aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+        aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
         aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
         aten.as_strided_scatter.default: as_strided_scatter,
         aten.diagonal_scatter.default: diagonal_scatter,
