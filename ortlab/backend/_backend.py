@@ -37,6 +37,7 @@ from ortlab.backend import (
     _executor,
     _export,
     _lowering,
+    _nan,
     _options,
     _partition,
     _precision,
@@ -243,6 +244,8 @@ class OrtBackend:
         # Ops whose translation is wrong on some inputs, rewritten first (see _rewrites).
         graph_module = _rewrites.for_onnx(graph_module)
         graph_module = _scalars.for_onnx(graph_module)
+        # NaN through max-like ops as PyTorch propagates it (see _nan).
+        graph_module = _nan.for_onnx(graph_module)
         # Narrow floats on CPU computed in float32 where ONNX Runtime has no kernel.
         graph_module = _precision.for_onnx(graph_module)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
