@@ -32,6 +32,8 @@ CASES = {
     "max_pool2d": lambda x: F.max_pool2d(x[None, None], 2, 1),
     "max_pool2d-padded": lambda x: F.max_pool2d(x[None, None], 3, 2, 1),
     "adaptive_max_pool2d": lambda x: F.adaptive_max_pool2d(x[None, None], 1),
+    "max_pool3d": lambda x: F.max_pool3d(x.expand(2, -1, -1)[None, None], 2, 1),
+    "max_pool1d": lambda x: F.max_pool1d(x[None], 2),
     "topk": lambda x: x.topk(2, -1).values,
     "topk-smallest": lambda x: x.topk(2, 0, largest=False).values,
     "sort-descending": lambda x: tuple(x.sort(-1, descending=True)),

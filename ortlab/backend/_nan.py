@@ -15,6 +15,7 @@ graph itself when nothing applies).
 #   argmax(x, d)          where(any(isnan(x), d), argmax(isnan(x) as float, d), argmax(x, d))
 #   max.dim(x, d)         both of the above, on its values and its indices
 #   max_pool2d(x)         its values masked where max_pool2d(isnan(x) as float) > 0
+#                         (max_pool3d alike)
 #   topk(x) / sort(x)     the op on masked_fill(x, isnan(x), inf); values gathered from x
 #
 # (min-like ops alike). max_pool2d's indices keep ONNX Runtime's (the backward of a NaN
@@ -43,7 +44,13 @@ _MARK = "ortlab_nan"
 _VALUES = frozenset({aten.amax.default, aten.amin.default, aten.max.default, aten.min.default})
 _INDICES = frozenset({aten.argmax.default, aten.argmin.default})
 _BOTH = frozenset({aten.max.dim, aten.min.dim})
-_POOLS = frozenset({aten.max_pool2d_with_indices.default, aten.max_pool2d.default})
+_POOLS = frozenset(
+    {
+        aten.max_pool2d_with_indices.default,
+        aten.max_pool3d_with_indices.default,
+        aten.max_pool2d.default,
+    }
+)
 _ORDERS = frozenset({aten.topk.default, aten.sort.default})
 
 
