@@ -115,10 +115,18 @@ class _Builder:
         return node
 
 
+def _arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's arguments by name, defaults filled in (from the op's schema)."""
+    root = node.graph.owning_module
+    assert root is not None, node  # rewritten graphs belong to a GraphModule
+    bound = node.normalized_arguments(root, normalize_to_only_use_kwargs=True)
+    assert bound is not None, node  # every op this module rewrites has a schema
+    return dict(bound.kwargs)
+
+
 def _reduced(node: torch.fx.Node) -> tuple[list[int] | None, bool]:
     """The dims a reduction node reduces (``None``: all) and its keepdim."""
-    names = [a.name for a in node.target._schema.arguments]  # type: ignore[union-attr]
-    values = dict(zip(names, node.args)) | dict(node.kwargs)
+    values = _arguments(node)
     dim, keepdim = values.get("dim"), bool(values.get("keepdim", False))
     if dim is None or dim == []:
         return None, keepdim
@@ -133,11 +141,10 @@ def _any_nan(add: _Builder, x: torch.fx.Node, dims: list[int] | None, keepdim: b
 
 
 def _first_nan(
-    add: _Builder, nan: torch.fx.Node, node: torch.fx.Node, dims: list[int] | None
+    add: _Builder, nan: torch.fx.Node, dims: list[int] | None, keepdim: bool
 ) -> torch.fx.Node:
     """The index of the first NaN along the reduced dim (ArgMax keeps the first of
     equal values, as PyTorch does)."""
-    _, keepdim = _reduced(node)
     as_float = add(aten._to_copy.default, nan, dtype=torch.float32)
     dim = None if dims is None else dims[0]
     return add(aten.argmax.default, as_float, dim, keepdim)
@@ -171,7 +178,7 @@ def _indices(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     x = node.args[0]
     dims, keepdim = _reduced(node)
     nan, any_nan = _any_nan(add, x, dims, keepdim)  # type: ignore[arg-type]
-    first = _first_nan(add, nan, node, dims)
+    first = _first_nan(add, nan, dims, keepdim)
     fixed = add(aten.where.self, any_nan, first, node)
     _replace_uses(node, fixed, {fixed})
 
@@ -180,7 +187,7 @@ def _both(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     items = _getitems(node)
     if not items:
         return
-    add = _Builder(graph, max(items.values(), key=_position))
+    add = _Builder(graph, max(items.values()))  # nodes order as they run
     x = node.args[0]
     dims, keepdim = _reduced(node)
     nan, any_nan = _any_nan(add, x, dims, keepdim)  # type: ignore[arg-type]
@@ -188,13 +195,9 @@ def _both(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         fixed = add(aten.masked_fill.Scalar, items[0], any_nan, math.nan)
         _replace_uses(items[0], fixed, {fixed})
     if 1 in items:
-        first = _first_nan(add, nan, node, dims)
+        first = _first_nan(add, nan, dims, keepdim)
         fixed = add(aten.where.self, any_nan, first, items[1])
         _replace_uses(items[1], fixed, {fixed})
-
-
-def _position(node: torch.fx.Node) -> int:
-    return next(i for i, n in enumerate(node.graph.nodes) if n is node)
 
 
 def _pool(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -225,16 +228,9 @@ def _order(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     if 1 not in items:
         with graph.inserting_after(node):
             items[1] = _rewrites.add_node(graph, node, operator.getitem, (node, 1))
-    add = _Builder(graph, max(items.values(), key=_position))
-    dim = _order_dim(node)
-    values = add(aten.gather.default, x, dim, items[1])
+    add = _Builder(graph, max(items.values()))
+    values = add(aten.gather.default, x, _arguments(node)["dim"], items[1])
     _replace_uses(items[0], values, {values})
-
-
-def _order_dim(node: torch.fx.Node) -> int:
-    names = [a.name for a in node.target._schema.arguments]  # type: ignore[union-attr]
-    values = dict(zip(names, node.args)) | dict(node.kwargs)
-    return int(values.get("dim", -1))
 
 
 _REWRITES: dict[str, Callable[[torch.fx.Graph, torch.fx.Node], None]] = {
