@@ -4,6 +4,8 @@ once), strict mode, the records of why each graph exists, and the compile helper
 from __future__ import annotations
 
 import copy
+import functools
+import logging
 import warnings
 
 import onnx
@@ -220,6 +222,54 @@ def test_graph_breaks_and_recompiles_say_why_each_graph_exists(capsys):
     assert "graph break" in recompiled.cause
     assert "dtype mismatch" in resumed_again.recompile_reason
     assert first.cause.startswith("first compile of forward")
+
+
+def _wrapped(forward):
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):  # as transformers' decorators call forward
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
+_LOSS_LOG = logging.getLogger("tests.loss")
+
+
+class _LoggingLoss(nn.Module):
+    """transformers' ``loss_function``: a property that logs when no loss type is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @property
+    def loss_function(self):
+        _LOSS_LOG.warning("no loss type set, using MSE")
+        return nn.functional.mse_loss
+
+    @_wrapped
+    def forward(self, x, target):
+        y = self.fc(x).relu()
+        loss = self.loss_function(y, target)
+        return loss, y
+
+
+def test_a_graph_break_inside_a_call_names_its_own_reason_line_and_dynamos_hint():
+    # Dynamo ends the graph before the call with the reason "step_unsupported"; the
+    # record says what broke, where, and what Dynamo advises (GPT-2's training graph).
+    compiled = ortlab.compile(_LoggingLoss())
+    with torch.no_grad():
+        compiled(torch.randn(2, 4), torch.zeros(2, 4))
+    first = compiled.ortlab_backend.graphs[0]
+    assert first.graph_break.startswith("logging.Logger method not supported")
+    loss_line = _LoggingLoss.loss_function.fget.__code__.co_firstlineno + 2
+    call_line = _LoggingLoss.forward.__wrapped__.__code__.co_firstlineno + 3
+    assert first.graph_break_source == (
+        f'tests/test_backend.py:{loss_line}: _LOSS_LOG.warning("no loss type set, using '
+        f'MSE") (called from tests/test_backend.py:{call_line}: '
+        "loss = self.loss_function(y, target))"
+    )
+    assert "(Dynamo's hint: Add the logging method to `torch._dynamo.config." in first.cause
 
 
 def test_first_graph_times_dynamo_and_every_graph_times_its_lowering():

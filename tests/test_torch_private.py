@@ -302,6 +302,61 @@ def test_dynamo_graph_info_reads_the_frame_being_compiled():
     assert not first.graph_break and first.user_stack[-1][2] == "f"
 
 
+def _infos_of(module: torch.nn.Module) -> list:
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(_torch_private.dynamo_graph_info(gm))
+        return gm.forward
+
+    torch.compile(module, backend=backend)(torch.randn(3))
+    return seen
+
+
+def test_dynamo_records_a_break_inside_a_property_before_ending_the_graph_at_its_call():
+    # dynamo_graph_info reads the callee's reason from torch._dynamo.utils'
+    # graph_break_reasons, where Dynamo appends it just before "step_unsupported" when
+    # forward is called through a decorator's wrapper, as transformers calls it.
+    def wrapped(forward):
+        def wrapper(self, *args):
+            return forward(self, *args)
+
+        return wrapper
+
+    class M(torch.nn.Module):
+        @property
+        def scale(self):
+            print("no scale set")
+            return torch.sin
+
+        @wrapped
+        def forward(self, x):
+            y = x.cos() + 1
+            return self.scale(y), y
+
+    first = _infos_of(M())[0]
+    assert first.graph_break and first.end_reason.startswith("Failed to trace builtin")
+    assert first.user_stack[-1][2:] == ("forward", "return self.scale(y), y")
+    assert first.break_stack[-1][2:] == ("scale", 'print("no scale set")')
+
+
+def test_a_break_inside_a_call_that_dynamo_did_not_record_says_so():
+    class M(torch.nn.Module):
+        @property
+        def scale(self):
+            print("no scale set")
+            return torch.sin
+
+        def forward(self, x):
+            y = x.cos() + 1
+            return self.scale(y), y
+
+    first = _infos_of(M())[0]
+    assert first.graph_break and first.end_reason.startswith("Dynamo could not trace")
+    assert first.user_stack[-1][2:] == ("forward", "return self.scale(y), y")
+    assert first.break_stack == ()
+
+
 def test_dynamo_signals_are_the_restart_and_skip_exceptions():
     from torch._dynamo import exc
 

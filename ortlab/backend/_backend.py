@@ -96,10 +96,11 @@ class _Origin:
             frame = _source.outer_module(graph_module)
         break_source = ""
         if info.graph_break and info.user_stack:
-            file, line, _, code = info.user_stack[-1]
-            break_source = f"{_source.short_path(file)}:{line}"
-            if code:
-                break_source += f": {code}"
+            break_source = _line_text(info.user_stack[-1])
+            if info.break_stack:  # the break is inside a function that line calls
+                break_source = (
+                    f"{_line_text(info.break_stack[-1])} (called from {break_source})"
+                )
         return {
             "compile_id": info.compile_id,
             "frame": frame,
@@ -121,6 +122,13 @@ class _Origin:
         if self.registry_seconds:
             timings["registry"] = self.registry_seconds
         return timings
+
+
+def _line_text(frame: tuple[str, int, str, str]) -> str:
+    """``"model.py:14: print(x)"`` for a ``(file, line, function, source)`` frame."""
+    file, line, _, code = frame
+    text = f"{_source.short_path(file)}:{line}"
+    return f"{text}: {code}" if code else text
 
 
 def _input_sources(

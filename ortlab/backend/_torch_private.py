@@ -1177,6 +1177,10 @@ class DynamoGraphInfo:
     user_stack: tuple[tuple[str, int, str, str], ...]
     """Where the graph ends in the user's code: ``(file, line, function, source)``,
     outermost first."""
+    break_stack: tuple[tuple[str, int, str, str], ...] = ()
+    """Where the graph break itself is, outermost first, when it is inside a function
+    the graph's last line calls (``user_stack`` then ends at that call); empty
+    otherwise."""
     input_sources: tuple[str | None, ...] = ()
     """Per graph input, in order, where Dynamo took it from, as people write it
     (``"encoder.layer.0.attention.self.query.weight"``, ``"input_ids"``); ``None`` when
@@ -1212,6 +1216,47 @@ def _input_sources(graph_module: torch.fx.GraphModule) -> tuple[str | None, ...]
     return tuple(sources)
 
 
+def _frames(summaries: Any) -> tuple[tuple[str, int, str, str], ...]:
+    return tuple(
+        (f.filename, int(f.lineno or 0), f.name, (f.line or "").strip())
+        for f in summaries or ()
+    )
+
+
+_UNRECORDED_BREAK_INSIDE_CALL = (
+    "Dynamo could not trace inside a call on this line (a property or a function it "
+    "calls); Dynamo did not record why: TORCH_LOGS=graph_breaks prints it"
+)
+
+
+def _break_inside_call(reason: Any) -> Any:
+    """The graph-break reason Dynamo recorded inside a call, for a graph it ended at
+    that call, or ``None``.
+
+    When an inlined callee cannot be traced (transformers' ``loss_function`` calls
+    ``logger.warning_once``), Dynamo records the real reason and the callee's stack,
+    restarts, and ends the graph before the call with the reason ``"step_unsupported"``
+    and the caller's line only. Both reasons are appended to Dynamo's list of graph-break
+    reasons, the real one just before; it is taken only if its stack passes through
+    the line the graph ends at."""
+    if getattr(reason, "reason", None) != "step_unsupported":
+        return None
+    from torch._dynamo.utils import graph_break_reasons
+
+    stack = getattr(reason, "user_stack", None) or ()
+    if not stack:
+        return None
+    end = (stack[-1].filename, stack[-1].lineno)
+    for index in range(len(graph_break_reasons) - 1, 0, -1):
+        if graph_break_reasons[index] is reason:
+            before = graph_break_reasons[index - 1]
+            frames = getattr(before, "user_stack", None) or ()
+            if any((f.filename, f.lineno) == end for f in frames[:-1]):
+                return before
+            return None
+    return None
+
+
 def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
     """Reads Dynamo's compile state for a graph it just captured (never raises).
 
@@ -1235,15 +1280,23 @@ def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
         logger.debug("Dynamo metrics unavailable", exc_info=True)
     reason = getattr(graph_module, "compile_subgraph_reason", None)
     stack: tuple[tuple[str, int, str, str], ...] = ()
+    break_stack: tuple[tuple[str, int, str, str], ...] = ()
     end_reason, graph_break = None, False
     if reason is not None:
         graph_break = bool(getattr(reason, "graph_break", False))
         if graph_break:
             end_reason = str(getattr(reason, "reason", "") or "")
-        stack = tuple(
-            (f.filename, int(f.lineno or 0), f.name, (f.line or "").strip())
-            for f in getattr(reason, "user_stack", ()) or ()
-        )
+            try:
+                inside = _break_inside_call(reason)
+            except Exception:  # a torch without the list: the caller's line only
+                logger.debug("Dynamo graph-break reasons unavailable", exc_info=True)
+                inside = None
+            if inside is not None:
+                end_reason = str(getattr(inside, "reason", "") or end_reason)
+                break_stack = _frames(getattr(inside, "user_stack", ()))
+            elif end_reason == "step_unsupported":
+                end_reason = _UNRECORDED_BREAK_INSIDE_CALL
+        stack = _frames(getattr(reason, "user_stack", ()))
     if compile_id is None:
         compile_id = graph_module.meta.get("dynamo_compile_id")
         compile_id = None if compile_id is None else str(compile_id)
@@ -1259,6 +1312,7 @@ def dynamo_graph_info(graph_module: torch.fx.GraphModule) -> DynamoGraphInfo:
         end_reason=end_reason,
         graph_break=graph_break,
         user_stack=stack,
+        break_stack=break_stack,
         input_sources=sources,
     )
 

@@ -465,7 +465,9 @@ class GraphRecord:
     """Why Dynamo ended this graph early (a graph break), ``None`` when it ran to the
     frame's return."""
     graph_break_source: str = ""
-    """Where that graph break is in the user's code, ``"model.py:14: print(x)"``."""
+    """Where that graph break is in the user's code, ``"model.py:14: print(x)"``; for
+    a break inside a function the graph's last line calls, the line of the break and
+    the call: ``"loss.py:9: log.warning(m) (called from model.py:30: loss = f(y))"``."""
     run_count: int = 0
     """Times the compiled graph ran (Dynamo called it; its guards matched)."""
     input_sources: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -494,6 +496,13 @@ class GraphRecord:
             first = errors.first_line(self.graph_break)
             where = f" at {self.graph_break_source}" if self.graph_break_source else ""
             text += f"; ends at a graph break{where}: {first}"
+            hints = [
+                line.strip()[len("Hint:") :].strip()
+                for line in self.graph_break.splitlines()
+                if line.strip().startswith("Hint:")
+            ]
+            if hints:  # Dynamo's own advice on this break, the first of them
+                text += f" (Dynamo's hint: {hints[0]})"
         return text
 
     @property
