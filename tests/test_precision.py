@@ -189,3 +189,19 @@ def test_bfloat16_index_put_accumulating_keeps_eagers_rounding():
     values, index = torch.ones(300, dtype=torch.bfloat16), torch.zeros(300, dtype=torch.long)
     got = torch.compile(f, backend=ortlab.OrtBackend())(values, index)
     assert torch.equal(got, f(values, index)) and got.item() == 256
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_number_meets_a_narrow_tensor_rounded_where_pytorch_rounds_it(dtype):
+    # PyTorch rounds the number to the tensor's dtype for add, sub, comparisons and
+    # remainder (fp16(0.1) == 0.1 is true), and not for mul and div: computed in
+    # float32 with the number as it came, 0.1 == fp16(0.1) was false.
+    def f(x):
+        return (x == 0.1, x >= 0.1, x < 1 / 3, x > 0.1, x - 0.3333, 0.3333 + x,
+                x.remainder(0.3), x * 0.3333, x / 0.3333)  # fmt: skip
+
+    x = torch.cat([torch.tensor([0.1, 0.2, 1 / 3]), torch.randn(500) * 3]).to(dtype)
+    compiled = ortlab.compile(f)
+    for got, expected in zip(compiled(x), f(x), strict=True):
+        assert torch.equal(got, expected)
+    assert not compiled.ortlab_backend.graphs[0].eager_node_names

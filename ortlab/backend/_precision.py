@@ -14,7 +14,10 @@ kernel for the narrow type.
 #
 # one cast per narrow input value (shared by its consumers) and one per narrow output;
 # the node's ONNX translation is then the float32 one, which the conformance table
-# verifies. Elementwise ops give PyTorch's bits; reductions and matrix products may
+# verifies. A number operand is rounded to the narrow type where PyTorch rounds it
+# (add, sub, comparisons, remainder: ``fp16(0.1) == 0.1`` is true) and kept whole where
+# it does not (mul, div: a float16 kernel would round it, so those compute in float32
+# too). Elementwise ops give PyTorch's bits; reductions and matrix products may
 # differ by the rounding of a different summation order, as any two float32 kernels do.
 # PyTorch's flash attention rounds its probabilities to the narrow type before the
 # second product, where the float32 spelling keeps them: a little more accurate than
@@ -79,6 +82,7 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
     for node in list(graph.nodes):
         if not _narrow_without_kernel(node, kept):
             continue
+        _round_numbers(graph, node)
         node.args, node.kwargs = torch.fx.node.map_arg(
             (node.args, node.kwargs), lambda a: _widen(graph, a, widened)
         )
@@ -94,6 +98,57 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
         graph.lint()
         graph_module.recompile()
     return changed
+
+
+_ROUNDS_NUMBERS = frozenset(
+    {
+        _aten.add,
+        _aten.sub,
+        _aten.rsub,
+        _aten.eq,
+        _aten.ne,
+        _aten.lt,
+        _aten.le,
+        _aten.gt,
+        _aten.ge,
+        _aten.fmod,
+        _aten.remainder,
+    }
+)
+"""Ops whose PyTorch CPU kernel rounds a number operand to the narrow tensor's dtype
+before it computes in float32 (measured on bfloat16 and float16: ``bf16(1/3) - 0.3333``
+is 0, ``fp16(0.1) == 0.1`` is true). ``mul``, ``div`` and ``pow`` use the number as it
+is, and keep it (see :func:`_number_kept_whole`)."""
+
+
+def _round_numbers(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Rounds the number operands of a :data:`_ROUNDS_NUMBERS` node to its narrow dtype,
+    as PyTorch does, before the node is computed in float32: a Python number in place,
+    a number :mod:`_scalars` made a 0-d tensor through a cast to the narrow dtype."""
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet not in _ROUNDS_NUMBERS:
+        return
+    values = [_rewrites.fake_value(a) for a in node.args[:2]]
+    narrow = next((v.dtype for v in values if _is_narrow(v) and v.dim() > 0), None)
+    if narrow is None:
+        return
+
+    def rounded(arg: Any) -> Any:
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return torch.tensor(arg, dtype=narrow).item()
+        value = _rewrites.fake_value(arg) if isinstance(arg, torch.fx.Node) else None
+        if (
+            isinstance(arg, torch.fx.Node)
+            and arg.target is _aten.scalar_tensor.default
+            and isinstance(value, torch.Tensor)
+            and value.dtype.is_floating_point
+            and value.dtype not in NARROW
+        ):
+            with graph.inserting_after(arg):
+                return _cast(graph, arg, arg, narrow)
+        return arg
+
+    node.args = tuple(rounded(a) for a in node.args[:2]) + tuple(node.args[2:])
 
 
 def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
@@ -114,7 +169,21 @@ def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
         return False
     if any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values):
         return False
+    if _number_kept_whole(node):  # a narrow kernel would round the number (float16 mul)
+        return True
     return _conformance.lookup_node(node, _support.target_text(target)).status != "verified"
+
+
+def _number_kept_whole(node: torch.fx.Node) -> bool:
+    """Whether the node is a ``mul`` or ``div`` of a narrow tensor by a number the narrow
+    dtype cannot hold: PyTorch multiplies by the number as it is, in float32, where
+    ONNX Runtime's float16 kernel takes it rounded (1 ulp off)."""
+    if getattr(node.target, "overloadpacket", None) not in (_aten.mul, _aten.div):
+        return False
+    values = map(_rewrites.fake_value, node.all_input_nodes)
+    narrow = next(v.dtype for v in values if _is_narrow(v))
+    numbers = [a for a in node.args[:2] if isinstance(a, float)]
+    return any(torch.tensor(a, dtype=narrow).item() != a for a in numbers)
 
 
 _FACTORIES = frozenset(
