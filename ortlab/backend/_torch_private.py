@@ -296,12 +296,13 @@ def lowering_decompositions(
     """
     from torch._decomp import decomposition_table
 
-    from ortlab.backend import _decompositions
+    from ortlab.backend import _accurate, _decompositions
 
     table = dict(onnx_friendly_decompositions(opset_version))
     for op in _DECOMPOSED_DESPITE_TRANSLATION:
         table[op] = decomposition_table[op]
     table.update(_decompositions.table())  # backward ops torch does not decompose
+    table.update(_accurate.table(table))  # PyTorch's numbers at the edges
     return table
 
 

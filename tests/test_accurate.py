@@ -1,0 +1,117 @@
+"""PyTorch's numbers at the edges (``_accurate``): sigmoid's tail, logaddexp's overflow,
+float remainder and floor division, NaN through sign/heaviside/angle/xlogy, and var/std
+with a correction at least the count, each run whole in ONNX Runtime."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import ortlab
+
+INF, NAN = math.inf, math.nan
+
+
+def _run(f, *args):
+    """``f`` compiled, its result, and whether every node ran in ONNX Runtime."""
+    compiled = ortlab.compile(f)
+    got = compiled(*args)
+    graphs = compiled.ortlab_backend.graphs
+    assert graphs and all(not g.eager_node_names for g in graphs)
+    return got
+
+
+def _same(got: torch.Tensor, expected: torch.Tensor) -> None:
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def test_sigmoid_keeps_its_tail_where_onnx_runtimes_kernel_gives_zero():
+    x = torch.cat([torch.linspace(-87, 87, 2001), torch.tensor([-20.0, -30.0, INF, -INF])])
+    got = _run(torch.sigmoid, x)
+    # ONNX Runtime's Sigmoid: 0 below about -18, 2x off at -17, 1e-5 relative at -5.
+    torch.testing.assert_close(got, torch.sigmoid(x), rtol=1e-6, atol=0)
+    assert got[-4] > 2e-9  # sigmoid(-20) = 2.06e-9
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_narrow_sigmoid_is_computed_in_float32_and_rounded_once(dtype):
+    x = torch.linspace(-20, 20, 801).to(dtype)
+    _same(_run(torch.sigmoid, x), torch.sigmoid(x))
+
+
+def test_a_sigmoid_and_bce_discriminator_gives_its_generator_a_gradient():
+    # DCGAN's nn.Sigmoid + nn.BCELoss: a confident "fake" (logit -25) still gives the
+    # generator a gradient of -1 per logit; through ONNX Runtime's Sigmoid it was 0 and
+    # the loss 100 instead of 25.
+    torch.manual_seed(0)
+    discriminator = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    with torch.no_grad():
+        discriminator[0].weight.fill_(5.0)
+        discriminator[0].bias.fill_(-5.0)
+    fake = torch.full((8, 4), -1.0) + 0.01 * torch.randn(8, 4)
+
+    def generator_loss(z):
+        return nn.functional.binary_cross_entropy(discriminator(z), torch.ones(8, 1))
+
+    z_eager = fake.clone().requires_grad_()
+    expected = generator_loss(z_eager)
+    expected.backward()
+    z = fake.clone().requires_grad_()
+    compiled = ortlab.compile(generator_loss)
+    loss = compiled(z)
+    loss.backward()
+    torch.testing.assert_close(loss, expected)
+    assert 24 < loss.item() < 26
+    torch.testing.assert_close(z.grad, z_eager.grad)
+    assert z.grad.abs().min() > 0.5
+    assert all(not g.eager_node_names for g in compiled.ortlab_backend.graphs)
+
+
+@pytest.mark.parametrize("op", [torch.logaddexp, torch.logaddexp2])
+def test_logaddexp_neither_overflows_nor_underflows(op):
+    a = torch.tensor([1000.0, -1000.0, 100.0, INF, -INF, INF, NAN, 3.0, -2.0, 0.5])
+    b = torch.tensor([1000.0, -1000.0, 100.0, INF, -INF, 1.0, 1.0, -50.0, 7.0, 0.5])
+    got = _run(op, a, b)
+    torch.testing.assert_close(got, op(a, b), equal_nan=True)
+    assert math.isfinite(got[0]) and math.isfinite(got[1])
+
+
+def test_float_remainder_and_floor_division_are_atens():
+    torch.manual_seed(0)
+    a = torch.cat([torch.randn(2000) * 100, torch.tensor([1.0, -1.0, 1.0, -1.0, 0.3, -0.7])])
+    b = torch.cat([torch.randn(2000), torch.tensor([0.1, 0.1, INF, INF, 0.1, 0.1])])
+
+    def f(a, b):
+        return (a % b, a.remainder(-0.37), a // b, a // 0.1,
+                torch.div(a, b, rounding_mode="floor"))  # fmt: skip
+
+    for got, expected in zip(_run(f, a, b), f(a, b), strict=True):
+        _same(got, expected)  # 1.0 // 0.1 is 9, 1.0 % 0.1 is 0.0999999866, -1 % inf inf
+
+
+def test_nan_through_sign_heaviside_angle_and_xlogy():
+    x = torch.tensor([NAN, 2.0, -3.0, 0.0])
+    y = torch.tensor([NAN, 0.5, 2.0, NAN])
+
+    def f(x, y):
+        half = torch.full_like(x, 0.5)
+        return (torch.sign(x), torch.sgn(x), torch.heaviside(x, half), torch.angle(x),
+                torch.xlogy(x, y), torch.xlogy(0.0, y), torch.xlogy(2, y))  # fmt: skip
+
+    for got, expected in zip(_run(f, x, y), f(x, y), strict=True):
+        _same(got, expected)
+
+
+def test_var_and_std_with_a_correction_at_least_the_count():
+    x = torch.tensor([[1.0, 2.0], [3.0, 3.0]])
+
+    def f(x):
+        return (x.var(dim=1, correction=3), x.std(dim=1, correction=2),
+                x.var(correction=1), x.var(dim=0, correction=2, keepdim=True))  # fmt: skip
+
+    for got, expected in zip(_run(f, x), f(x), strict=True):
+        _same(got, expected)  # inf, or NaN where the values do not spread
