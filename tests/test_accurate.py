@@ -115,3 +115,33 @@ def test_var_and_std_with_a_correction_at_least_the_count():
 
     for got, expected in zip(_run(f, x), f(x), strict=True):
         _same(got, expected)  # inf, or NaN where the values do not spread
+
+
+_TABLE = torch.randn(10, 4)
+_ROWS = torch.randn(4, 6)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda i: nn.functional.embedding(i, _TABLE),
+        lambda i: _ROWS.index_select(1, i),
+        lambda i: _ROWS.gather(1, i.expand(4, -1)),
+        lambda i: _ROWS.index_add(1, i, torch.ones(4, 3)),
+        lambda i: _ROWS.index_copy(1, i, torch.ones(4, 3)),
+    ],
+    ids=["embedding", "index_select", "gather", "index_add", "index_copy"],
+)
+def test_a_negative_index_that_eager_rejects_raises_and_onnx_runtime_keeps_running(op):
+    # ONNX takes -1 from the end: an embedding of -100 (labels copied into input_ids)
+    # read a row where eager raises.
+    good, bad = torch.tensor([0, 2, 5]), torch.tensor([0, -1, 5])
+    with pytest.raises((IndexError, RuntimeError)):
+        op(bad)
+    compiled = ortlab.compile(op)
+    _same(compiled(good), op(good))
+    with pytest.raises((IndexError, RuntimeError)):
+        compiled(bad)
+    _same(compiled(good), op(good))
+    (partition,) = compiled.ortlab_backend.partitions
+    assert partition.state == "ort" and partition.run_count == 2

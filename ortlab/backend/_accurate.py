@@ -30,6 +30,10 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 # - ``var``/``std`` with ``correction`` at least the number of elements: PyTorch divides
 #   by ``max(0, N - correction)`` (inf, or NaN for no spread); the translation divided
 #   by the negative count (-0.5 for ``var([1, 2], correction=3)``). Static sizes only.
+# - Negative indices where PyTorch raises (``index_add``, ``index_copy``; ``_scalars``
+#   for ``embedding``, ``gather``, ``index_select``, ``scatter``): ONNX takes them from
+#   the end, so an ``embedding`` of -100 (labels copied into ``input_ids``) read a row
+#   where eager raises. They become :data:`OUT_OF_RANGE`.
 """
 
 from __future__ import annotations
@@ -240,6 +244,27 @@ def std_correction(
     return variance if variance is NotImplemented else aten.sqrt.default(variance)
 
 
+OUT_OF_RANGE = 2**62
+"""The index a negative one becomes in ops whose index PyTorch rejects when negative
+(ONNX counts it from the end): out of range for any tensor, so ONNX Runtime refuses the
+call as PyTorch does, and ortlab's rerun in PyTorch raises PyTorch's error (naming this
+index). ``_scalars`` does the same for the ops the lowering keeps whole."""
+
+
+def _index_checked(position: int, earlier: Callable[..., Any]) -> Callable[..., Any]:
+    """``earlier``'s decomposition with the index at ``position`` checked: ``index_add``
+    and ``index_copy`` become ``index_put``, which takes negative indices."""
+
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        index = args[position]
+        negative = aten.lt.Scalar(index, 0)
+        beyond = aten.full_like.default(index, OUT_OF_RANGE)
+        checked = aten.where.self(negative, beyond, index)
+        return earlier(*args[:position], checked, *args[position + 1 :], **kwargs)
+
+    return decompose
+
+
 def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
     """The decompositions, by op; a call outside the failing cases goes to ``earlier``'s
     decomposition of the op where it has one (torch decomposes ``var``), else keeps it."""
@@ -264,7 +289,12 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
         aten.var.correction: var_correction,
         aten.std.correction: std_correction,
     }
-    return {op: _or(decompose, earlier.get(op)) for op, decompose in ours.items()}
+    checked = {
+        op: _index_checked(2, earlier[op])
+        for op in (aten.index_add.default, aten.index_copy.default)
+        if op in earlier
+    }
+    return {op: _or(decompose, earlier.get(op)) for op, decompose in ours.items()} | checked
 
 
 def _or(decompose: Callable[..., Any], earlier: Callable[..., Any] | None) -> Any:

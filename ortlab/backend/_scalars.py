@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ortlab.backend import _export, _rewrites, _torch_private
+from ortlab.backend import _accurate, _export, _rewrites, _torch_private
 
 
 def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -54,6 +54,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
         or _numbers_in_tensor_slots(n)
         or _rounds_integers(n)
         or _int32_indices(n)
+        or _negative_index(n)
         for n in graph_module.graph.nodes
     ):
         return graph_module
@@ -62,6 +63,7 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     numbers_as_tensors(rewritten)
     integer_rounding_as_copies(rewritten)
     int32_indices_as_int64(rewritten)
+    negative_indices_out_of_range(rewritten)
     return rewritten
 
 
@@ -114,6 +116,63 @@ def int32_indices_as_int64(graph_module: torch.fx.GraphModule) -> int:
                     {"dtype": torch.int64},
                 )
         node.args = (node.args[0], indices, *node.args[2:])
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
+
+
+# -- negative indices where PyTorch takes none -----------------------------------------
+
+_aten = torch.ops.aten
+_NON_NEGATIVE_INDEX = {
+    _aten.embedding.default: 1,
+    _aten.index_select.default: 2,
+    _aten.gather.default: 2,
+    _aten.scatter.src: 2,
+    _aten.scatter.value: 2,
+    _aten.scatter.reduce: 2,
+    _aten.scatter.value_reduce: 2,
+    _aten.scatter_add.default: 2,
+    _aten.scatter_reduce.two: 2,
+}
+"""Ops whose index PyTorch rejects when negative, and its position. ONNX's Gather,
+GatherElements and ScatterElements count a negative index from the end."""
+
+
+def _negative_index(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in _NON_NEGATIVE_INDEX:
+        return False
+    position = _NON_NEGATIVE_INDEX[node.target]  # type: ignore[index]
+    index = node.args[position] if len(node.args) > position else None
+    value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point
+
+
+def negative_indices_out_of_range(graph_module: torch.fx.GraphModule) -> int:
+    """Replaces, in place, the negative elements of the index of each op that PyTorch
+    refuses them for (:data:`_NON_NEGATIVE_INDEX`) with ``_accurate.OUT_OF_RANGE``: an
+    ``embedding`` of -100 (labels copied into ``input_ids``) raised in eager and read
+    the 100th row from the end through ONNX Runtime. Returns how many nodes changed."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        if not _negative_index(node):
+            continue
+        position = _NON_NEGATIVE_INDEX[node.target]  # type: ignore[index]
+        index = node.args[position]
+        with graph.inserting_before(node):
+            negative = _rewrites.add_node(graph, node, _aten.lt.Scalar, (index, 0))
+            beyond = _rewrites.add_node(
+                graph, node, _aten.full_like.default, (index, _accurate.OUT_OF_RANGE)
+            )
+            checked = _rewrites.add_node(
+                graph, node, _aten.where.self, (negative, beyond, index)
+            )
+        args = list(node.args)
+        args[position] = checked
+        node.args = tuple(args)
         changed += 1
     if changed:
         graph.lint()
