@@ -145,3 +145,23 @@ def test_a_negative_index_that_eager_rejects_raises_and_onnx_runtime_keeps_runni
     _same(compiled(good), op(good))
     (partition,) = compiled.ortlab_backend.partitions
     assert partition.state == "ort" and partition.run_count == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log1p_expm1_and_logsigmoid_keep_every_digit_near_zero(dtype):
+    small = torch.logspace(-30, 0, 200)
+    x = torch.cat([small, -small[:-1], torch.linspace(-120, 88, 500)]).to(dtype)
+    specials = torch.tensor([0.0, -0.0, INF, -INF, NAN, -1.0], dtype=dtype)
+
+    def f(x, specials):
+        below = -x.abs().clamp(max=0.999)
+        return (torch.log1p(x.abs()), torch.log1p(below), torch.expm1(x),
+                nn.functional.logsigmoid(x),
+                torch.log1p(specials), torch.expm1(specials))  # fmt: skip
+
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-15
+    got, expected = _run(f, x, specials), f(x, specials)
+    for g, e in zip(got[:4], expected[:4], strict=True):  # log1p(1e-10) was 0
+        torch.testing.assert_close(g, e, rtol=tolerance, atol=0)
+    for g, e in zip(got[4:], expected[4:], strict=True):
+        _same(g, e)

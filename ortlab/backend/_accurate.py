@@ -14,6 +14,10 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 #   ``1 / (1 + exp(-x))`` it is within 2e-7 relative wherever float32 is not denormal
 #   (3.3x the time of the fused kernel on 4M elements). bfloat16 and float16 compute in
 #   float32 and round once, as PyTorch does; float64 keeps the op (exact).
+# - ``log1p``/``expm1``: torchlib's ``log(1 + x)`` and ``exp(x) - 1`` lose every digit
+#   near 0 (``log1p(1e-10)`` gave 0; ``logsigmoid(20)`` and ``BCEWithLogits`` go
+#   through ``log1p(exp(-|x|))``). Kahan's forms, in which the rounding of ``1 + x``
+#   (``exp(x)``) cancels, are as exact as ``log`` (``exp``).
 # - ``logaddexp``/``logaddexp2``: torchlib's ``log(exp(a) + exp(b))`` overflows (eager:
 #   1000.69 for (1000, 1000); ortlab gave inf) and underflows (-inf for -1000: log-space
 #   probabilities, CRF and HMM forward passes). As ``max + log(1 + exp(-|a - b|))``,
@@ -59,6 +63,32 @@ def sigmoid(input: torch.Tensor) -> Any:
     if input.dtype == torch.float32:
         return result
     return aten._to_copy.default(result, dtype=input.dtype)
+
+
+def log1p(input: torch.Tensor) -> Any:
+    """``log(u) * x / (u - 1)`` with ``u = 1 + x`` (exact where ``u`` rounds: the rounding
+    error of ``u`` cancels), ``x`` where ``u`` is 1, ``+inf`` at ``+inf``."""
+    if input.dtype not in (torch.float32, torch.float64):
+        return NotImplemented
+    u = aten.add.Tensor(input, 1)
+    scaled = aten.mul.Tensor(
+        aten.log.default(u), aten.div.Tensor(input, aten.sub.Tensor(u, 1))
+    )
+    result = aten.where.self(aten.eq.Scalar(u, 1), input, scaled)
+    return aten.where.self(aten.eq.Scalar(input, math.inf), input, result)
+
+
+def expm1(input: torch.Tensor) -> Any:
+    """``(u - 1) * (x / log(u))`` with ``u = exp(x)``, ``x`` where ``u`` is 1, ``u - 1``
+    where that is -1 (``u`` under half an ulp of 1, or denormal) or ``u`` infinite."""
+    if input.dtype not in (torch.float32, torch.float64):
+        return NotImplemented
+    u = aten.exp.default(input)
+    less_one = aten.sub.Tensor(u, 1)
+    scaled = aten.mul.Tensor(less_one, aten.div.Tensor(input, aten.log.default(u)))
+    result = aten.where.self(aten.eq.Scalar(u, 1), input, scaled)
+    ends = aten.logical_or.default(aten.eq.Scalar(less_one, -1), aten.isinf.default(u))
+    return aten.where.self(ends, less_one, result)
 
 
 def _logaddexp(exp: Any, log: Any) -> Any:
@@ -271,6 +301,8 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
     logaddexp = _logaddexp(aten.exp.default, aten.log.default)
     ours = {
         aten.sigmoid.default: sigmoid,
+        aten.log1p.default: log1p,
+        aten.expm1.default: expm1,
         aten.logaddexp.default: logaddexp,
         aten.logaddexp2.default: _logaddexp(_exp2, _log2),
         aten.remainder.Tensor: remainder,
