@@ -40,8 +40,11 @@ def x_of(*shape: int, seed: int = 0) -> torch.Tensor:
 
 
 def sigmoid_to_relu(model: onnx.ModelProto) -> None:
+    """A wrong sigmoid: the last op of its ONNX spelling, ``Reciprocal(1 + exp(-x))``
+    (``_passes.exact_sigmoid``), becomes a Relu (``1 + exp(-x)`` out)."""
     for node in model.graph.node:
-        if node.op_type == "Sigmoid":
+        fx = (records.fx_node_of(node) or "").rstrip("_0123456789")
+        if node.op_type in ("Sigmoid", "Reciprocal") and fx == "sigmoid":
             node.op_type = "Relu"
 
 

@@ -1,6 +1,7 @@
-"""PyTorch's numbers at the edges (``_accurate``): sigmoid's tail, logaddexp's overflow,
-float remainder and floor division, NaN through sign/heaviside/angle/xlogy, and var/std
-with a correction at least the count, each run whole in ONNX Runtime."""
+"""PyTorch's numbers at the edges (``_accurate``; sigmoid's tail by ``_passes``):
+log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, NaN
+through sign/heaviside/angle/xlogy, var/std with a correction at least the count, and
+negative indices where eager raises, each run whole in ONNX Runtime."""
 
 from __future__ import annotations
 

@@ -6,14 +6,8 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 # NOTE: each was found by comparing compiled functions with eager on edge inputs; the
 # translations pass PyTorch's OpInfo samples, which do not reach these values.
 #
-# - ``sigmoid``: ONNX Runtime's float32 kernel is an approximation, 1e-5 relative off at
-#   -5, a factor 2 at -17, and 0 below about -18 (eager: 2.1e-9 at -20). Its output fed
-#   to ``binary_cross_entropy`` (``nn.Sigmoid`` + ``nn.BCELoss``, as in DCGAN) gave a
-#   loss of 100 where eager gives 20, and a gradient of 0 where eager's is -1: a
-#   discriminator's confident "fake" left the generator with no gradient. As
-#   ``1 / (1 + exp(-x))`` it is within 2e-7 relative wherever float32 is not denormal
-#   (3.3x the time of the fused kernel on 4M elements). bfloat16 and float16 compute in
-#   float32 and round once, as PyTorch does; float64 keeps the op (exact).
+# - ``sigmoid`` keeps its op here: its exact spelling is an ONNX rewrite
+#   (``_passes.exact_sigmoid``), so the FX graph and the lab still show one node.
 # - ``log1p``/``expm1``: torchlib's ``log(1 + x)`` and ``exp(x) - 1`` lose every digit
 #   near 0 (``log1p(1e-10)`` gave 0; ``logsigmoid(20)`` and ``BCEWithLogits`` go
 #   through ``log1p(exp(-|x|))``). Kahan's forms, in which the rounding of ``1 + x``
@@ -50,19 +44,6 @@ import torch
 
 aten = torch.ops.aten
 
-_NARROW = (torch.bfloat16, torch.float16)
-
-
-def sigmoid(input: torch.Tensor) -> Any:
-    if input.dtype not in (torch.float32, *_NARROW):
-        return NotImplemented  # float64: ONNX Runtime's kernel is exact
-    x = input
-    if input.dtype != torch.float32:
-        x = aten._to_copy.default(input, dtype=torch.float32)
-    result = aten.reciprocal.default(aten.add.Tensor(aten.exp.default(aten.neg.default(x)), 1))
-    if input.dtype == torch.float32:
-        return result
-    return aten._to_copy.default(result, dtype=input.dtype)
 
 
 def log1p(input: torch.Tensor) -> Any:
@@ -300,7 +281,6 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
     decomposition of the op where it has one (torch decomposes ``var``), else keeps it."""
     logaddexp = _logaddexp(aten.exp.default, aten.log.default)
     ours = {
-        aten.sigmoid.default: sigmoid,
         aten.log1p.default: log1p,
         aten.expm1.default: expm1,
         aten.logaddexp.default: logaddexp,
