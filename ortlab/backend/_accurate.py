@@ -45,7 +45,6 @@ import torch
 aten = torch.ops.aten
 
 
-
 def log1p(input: torch.Tensor) -> Any:
     """``log(u) * x / (u - 1)`` with ``u = 1 + x`` (exact where ``u`` rounds: the rounding
     error of ``u`` cancels), ``x`` where ``u`` is 1, ``+inf`` at ``+inf``."""
