@@ -182,3 +182,28 @@ def test_an_output_reshaped_to_its_own_shape_is_not_shown_as_viewed():
     partition = types.SimpleNamespace(name="p", sessions=[], dropped_sessions=0)
     record = SessionRecord(**_build._model_fields(partition, model, _Session()))
     assert record.output_schema == ("float32[2,3]", "float32[2,3] viewed as [6]")
+
+
+@pytest.mark.filterwarnings("ignore::ortlab.FallbackWarning")  # data-dependent graphs
+def test_an_output_returned_before_its_reshape_can_be_written_in_place_later():
+    # In a training graph the runner runs inside AOTAutograd's autograd Function, and a
+    # view made there may not be written in place later ("a view ... created inside a
+    # custom Function"): Longformer's training step raised at ``attn_output[...] = ...``
+    # after a graph break. The runner's outputs alias ORT's buffer without being views.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LongformerConfig(
+        vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, attention_window=4,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LongformerForSequenceClassification(config).train()
+    ids = torch.randint(3, 128, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, -4:] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1]))
+    expected = model(**inputs).loss
+    compiled = torch.compile(model, backend=OrtBackend(), dynamic=False)
+    loss = compiled(**inputs).loss
+    loss.backward()
+    torch.testing.assert_close(loss, expected)

@@ -215,6 +215,7 @@ def test_clean_ups_run_as_onnx_ir_passes_and_say_which_changed_the_model():
         result = clean_ups(model)
         assert isinstance(result, ir.passes.PassResult) and result.modified is changed
         assert clean_ups.modified_by == {
+            "ExactSigmoid": False,
             "RemoveNoOps": False,
             "FoldTransposeIntoGemm": changed,
             "MatMulOverLeadingDims": False,
@@ -290,3 +291,19 @@ def test_an_optimizer_that_raises_leaves_the_partition_as_translated(monkeypatch
     assert "onnxscript's optimizer failed (RuntimeError: planted optimizer failure)" in (
         session.fusion_note
     )
+
+
+def test_sigmoid_is_spelled_out_with_its_provenance_and_silu_keeps_its_kernel():
+    # ONNX Runtime's Sigmoid is 0 below about -18 (see _passes' NOTE on exact_sigmoid).
+    compiled = ortlab.compile(lambda x: (torch.sigmoid(x), torch.nn.functional.silu(x)))
+    x = torch.tensor([-30.0, -17.0, -5.0, 0.0, 5.0])
+    sigmoid, silu = compiled(x)
+    torch.testing.assert_close(sigmoid, torch.sigmoid(x), rtol=1e-6, atol=0)
+    torch.testing.assert_close(silu, torch.nn.functional.silu(x))
+    (session,) = compiled.ortlab_backend.sessions
+    made = {}
+    for node in session.model.graph.node:
+        made.setdefault(records.fx_node_of(node), []).append(node.op_type)
+    assert made["sigmoid"] == ["Neg", "Exp", "Add", "Reciprocal"]
+    assert "Sigmoid" in made["silu"]
+    assert session.onnx_passes["ExactSigmoid"]

@@ -128,6 +128,36 @@ def output_memory_orders(proto: onnx.ModelProto) -> tuple[tuple[int, ...] | None
     )
 
 
+def over_memory(
+    base: torch.Tensor, shape: Sequence[int], stride: Sequence[int] | None = None
+) -> torch.Tensor:
+    """A tensor over ``base``'s memory in ``shape`` (``stride``; contiguous by default)
+    that is not an autograd view of it. The runner's outputs are read back this way (an
+    output returned before its reshape, one in another memory order): in a training
+    graph the runner runs inside AOTAutograd's autograd Function, and a view made there
+    may not be written in place later (Longformer's training step raised "a view ...
+    created inside a custom Function"). ``base`` is ORT's buffer, referenced nowhere
+    else."""
+    if stride is None:
+        stride = _contiguous_strides(shape)
+    alias = torch.empty(0, dtype=base.dtype, device=base.device)
+    offset = base.storage_offset()
+    return alias.set_(base.untyped_storage(), offset, tuple(shape), tuple(stride))
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def permuted(base: torch.Tensor, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The shape and strides of ``base.permute(order)``."""
+    return [base.shape[i] for i in order], [base.stride()[i] for i in order]
+
+
 VIEW_KEY = "ortlab.output_views"
 """Model metadata: a JSON object mapping the name of each graph output the model returns
 before a final reshape to its shape in ONNX and the shape the runner views it to (the FX
@@ -553,9 +583,9 @@ class OrtRunner:
             if results[i].data_ptr() == tensors[j].data_ptr():
                 results[i] = results[i].clone()
         for i, _, shape in self._views:
-            results[i] = results[i].view(shape)
+            results[i] = over_memory(results[i], shape)
         for i, _, inverse in self._memory_orders:
-            results[i] = results[i].permute(inverse)
+            results[i] = over_memory(results[i], *permuted(results[i], inverse))
         for i in self.scalar_outputs:
             results[i] = results[i].item()
         # Keep the inputs alive until ORT is done with their memory.
@@ -714,9 +744,9 @@ class StaticBindingRunner(OrtRunner):
         self._sess.run_with_iobinding(self._binding, self.run_options)
         results = [buffer.clone() for buffer in self._out_buffers]
         for i, _, shape in self._views:
-            results[i] = results[i].view(shape)
+            results[i] = over_memory(results[i], shape)
         for i, _, inverse in self._memory_orders:
-            results[i] = results[i].permute(inverse)
+            results[i] = over_memory(results[i], *permuted(results[i], inverse))
         return results
 
 
