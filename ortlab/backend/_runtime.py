@@ -17,7 +17,8 @@
 # contiguous (channels_last: NCHW values in NHWC memory) comes back with those strides,
 # as eager returns it. The exported model ends such an output with a Transpose to its
 # memory order (``_export``; the permutations are in the model's metadata, under
-# :data:`MEMORY_ORDER_KEY`), and the runner returns ORT's tensor permuted back, a view:
+# :data:`MEMORY_ORDER_KEY`), and the runner returns ORT's tensor permuted back, over
+# the same memory (:func:`over_memory`: not an autograd view):
 #
 #   ONNX:   Y [N,C,H,W] -> Transpose(0,2,3,1) -> output [N,H,W,C]   (contiguous)
 #   torch:  output.permute(0,3,1,2): [N,C,H,W], strides (HWC,1,WC,C) (channels_last)
@@ -139,23 +140,10 @@ def over_memory(
     created inside a custom Function"). ``base`` is ORT's buffer, referenced nowhere
     else."""
     if stride is None:
-        stride = _contiguous_strides(shape)
+        stride = torch.empty(tuple(shape), device="meta").stride()
     alias = torch.empty(0, dtype=base.dtype, device=base.device)
     offset = base.storage_offset()
     return alias.set_(base.untyped_storage(), offset, tuple(shape), tuple(stride))
-
-
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def permuted(base: torch.Tensor, order: Sequence[int]) -> tuple[list[int], list[int]]:
-    """The shape and strides of ``base.permute(order)``."""
-    return [base.shape[i] for i in order], [base.stride()[i] for i in order]
 
 
 VIEW_KEY = "ortlab.output_views"
@@ -585,7 +573,8 @@ class OrtRunner:
         for i, _, shape in self._views:
             results[i] = over_memory(results[i], shape)
         for i, _, inverse in self._memory_orders:
-            results[i] = over_memory(results[i], *permuted(results[i], inverse))
+            order = results[i].permute(inverse)  # its shape and strides only
+            results[i] = over_memory(results[i], order.shape, order.stride())
         for i in self.scalar_outputs:
             results[i] = results[i].item()
         # Keep the inputs alive until ORT is done with their memory.
@@ -746,7 +735,8 @@ class StaticBindingRunner(OrtRunner):
         for i, _, shape in self._views:
             results[i] = over_memory(results[i], shape)
         for i, _, inverse in self._memory_orders:
-            results[i] = over_memory(results[i], *permuted(results[i], inverse))
+            order = results[i].permute(inverse)  # its shape and strides only
+            results[i] = over_memory(results[i], order.shape, order.stride())
         return results
 
 

@@ -1,6 +1,6 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-It is over 900 lines (about 1,500) on purpose: its one concern is fencing PyTorch's
+It is over 900 lines (about 1,600) on purpose: its one concern is fencing PyTorch's
 internals, and a PyTorch upgrade should break one module, read top to bottom next to its
 pinning tests, not several. Each function is a thin wrapper over one internal; splitting
 by caller would put the same internals behind two fences. Its sections (the backend's,
@@ -28,7 +28,8 @@ the lab's, the conformance generator's, the rewrites') are marked below.
 #             fw_metadata: AOTAutograd's output layout); torch.compile's
 #             isolate_recompiles (2.13; absent in 2.11);
 #             torch._dynamo.utils.get_metrics_context (compile start, recompile reason);
-#             GraphModule.compile_subgraph_reason (graph breaks); torch._dynamo.exc.
+#             GraphModule.compile_subgraph_reason and torch._dynamo.utils.
+#             graph_break_reasons (graph breaks, inside a call too); torch._dynamo.exc.
 #             RestartAnalysis / SkipFrame (control flow); OptimizedModule.dynamo_ctx and
 #             _torchdynamo_orig_backend (a compiled callable's backend);
 #             Tensor._dynamo_static_input_type (module state);
