@@ -1,7 +1,8 @@
 """PyTorch's numbers at the edges (``_accurate``; sigmoid's tail by ``_passes``):
 log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, NaN
-through sign/heaviside/angle/xlogy, var/std with a correction at least the count, and
-negative indices where eager raises, each run whole in ONNX Runtime."""
+through sign/heaviside/angle/xlogy, atan2's signed zeros and corners, var/std with a
+correction at least the count, and negative indices where eager raises, each run whole in
+ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -110,6 +111,25 @@ def test_nan_through_sign_heaviside_angle_and_xlogy():
 
     for got, expected in zip(_run(f, x, y), f(x, y), strict=True):
         _same(got, expected)
+
+
+def test_atan2_turns_by_the_sign_of_zero_and_keeps_nan_and_the_infinite_corners():
+    y = torch.tensor([0.0, -0.0, 0.0, -0.0, 2.0, INF, -INF, INF, 1.0, NAN, 1.0, 0.0])
+    x = torch.tensor([-1.0, -1.0, 0.0, -0.0, -0.0, INF, -INF, 2.0, -INF, 1.0, NAN, 3.0])
+    # torchlib's: atan2(0, -1) = -pi, atan2(2, -0.0) = -pi/2, (inf, inf) = 0, NaN -> 0.
+    _same(_run(torch.atan2, y, x), torch.atan2(y, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_atan2_of_ordinary_values_is_within_an_ulp(dtype):
+    g = torch.Generator().manual_seed(0)
+    y = (torch.randn(20000, generator=g) * torch.logspace(-3, 3, 20000)).to(dtype)
+    x = torch.randn(20000, generator=g).to(dtype)
+    got, expected = _run(torch.atan2, y, x), torch.atan2(y, x)
+    ulp = torch.finfo(dtype).eps * math.pi  # results are at most pi
+    assert (got.double() - expected.double()).abs().max() <= ulp
+    if dtype != torch.float32:  # computed in float32 and rounded once, as eager
+        assert (got != expected).float().mean() < 1e-3
 
 
 def test_var_and_std_with_a_correction_at_least_the_count():

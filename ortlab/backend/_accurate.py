@@ -25,6 +25,11 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 # - NaN: ``sign``/``sgn`` of NaN is 0 in PyTorch (NaN through ONNX's Sign);
 #   ``heaviside(nan, v)`` is 0 (1 through the translation); ``angle(nan)`` is NaN (0);
 #   ``xlogy(0, nan)`` is NaN (0).
+# - ``atan2``: torchlib turns ``atan(y / x)`` by half a turn toward ``y > 0``, so
+#   ``atan2(0, -1)`` was -pi (eager: pi) and ``atan2(2, -0.0)`` -pi/2 (pi/2); it maps
+#   NaN to 0, and both-infinite corners gave 0 (pi/4). The signs of zeros are read as
+#   ``_decompositions.signbit`` reads them.
+#   bf16/fp16 are computed in float32 and rounded once, as eager computes them.
 # - ``var``/``std`` with ``correction`` at least the number of elements: PyTorch divides
 #   by ``max(0, N - correction)`` (inf, or NaN for no spread); the translation divided
 #   by the negative count (-0.5 for ``var([1, 2], correction=3)``). Static sizes only.
@@ -41,6 +46,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+
+from ortlab.backend import _decompositions
 
 aten = torch.ops.aten
 
@@ -202,6 +209,41 @@ def xlogy(input: Any, other: Any) -> Any:
     return aten.where.self(aten.isnan.default(other), other, result)
 
 
+def atan2(input: torch.Tensor, other: torch.Tensor) -> Any:
+    """C's ``atan2(y, x)``: ``atan(y / x)``, a half turn toward ``y``'s sign where ``x`` is
+    negative (-0.0 included); the corners ``y / x`` cannot give (both zero, both infinite)
+    by the signs; NaN through. torchlib's turns by ``y > 0`` (so ``atan2(0, -1)`` was
+    -pi), and maps NaN to 0."""
+    if not _floats(input, other) or input.dtype != other.dtype:
+        return NotImplemented
+    if input.dtype == torch.float64:
+        return NotImplemented  # ONNX Runtime has no double Atan: the op runs in PyTorch
+    if input.dtype in (torch.float16, torch.bfloat16):
+        # PyTorch computes in float32 and rounds once; op by op would round four times.
+        wide = atan2(*(aten._to_copy.default(t, dtype=torch.float32) for t in (input, other)))
+        return aten._to_copy.default(wide, dtype=input.dtype)
+    y_negative = _decompositions.signbit(input)
+    x_negative = _decompositions.signbit(other)
+    atan = aten.atan.default(aten.div.Tensor(input, other))
+    half_turn = aten.where.self(
+        y_negative, _constant(-math.pi, input), _constant(math.pi, input)
+    )
+    result = aten.where.self(x_negative, aten.add.Tensor(atan, half_turn), atan)
+    zero = aten.logical_and.default(aten.eq.Scalar(input, 0), aten.eq.Scalar(other, 0))
+    infinite = aten.logical_and.default(aten.isinf.default(input), aten.isinf.default(other))
+    corner = aten.where.self(
+        x_negative,
+        aten.where.self(zero, _constant(math.pi, input), _constant(0.75 * math.pi, input)),
+        aten.where.self(zero, _constant(0.0, input), _constant(0.25 * math.pi, input)),
+    )
+    corner = aten.where.self(y_negative, aten.neg.default(corner), corner)
+    return aten.where.self(aten.logical_or.default(zero, infinite), corner, result)
+
+
+def _constant(value: float, like: torch.Tensor) -> Any:
+    return aten.scalar_tensor.default(value, dtype=like.dtype, device=like.device)
+
+
 def _dims(dim: Any) -> list[int] | None:
     """``dim`` as a list, ``None`` for every dim."""
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
@@ -294,6 +336,7 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
         aten.sgn.default: sign,
         aten.heaviside.default: heaviside,
         aten.angle.default: angle,
+        aten.atan2.default: atan2,
         aten.xlogy.Tensor: xlogy,
         aten.xlogy.Scalar_Self: xlogy,
         aten.xlogy.Scalar_Other: xlogy,
