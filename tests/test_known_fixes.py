@@ -438,6 +438,18 @@ def test_translations_known_wrong_for_some_arguments_run_in_pytorch(fn):
     assert {graph.verdict(n).rule for n in graph.eager_node_names} == {"wrong-translation"}
 
 
+def test_erfc_keeps_its_tail():
+    """erfc's translation, 1 - erf(x), gave 0 from x = 4 on: it runs in PyTorch."""
+    x = torch.linspace(-1.5, 4.75, 64)
+    f = lambda x: torch.special.erfc(x * 2) * 2  # noqa: E731 (x * 2: exact)
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(f, backend=backend, dynamic=False)(x)
+    torch.testing.assert_close(got, f(x), rtol=1e-6, atol=0)
+    (graph,) = backend.graphs
+    assert [graph.verdict(n).rule for n in graph.eager_node_names] == ["wrong-translation"]
+
+
 def test_a_value_made_in_pytorch_with_another_dtype_than_its_fake_is_not_misread():
     """ONNX Runtime reads an input's memory as the session's declared dtype. A value
     computed in PyTorch between partitions whose fake tensor lies about its dtype (as
