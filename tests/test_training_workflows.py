@@ -71,6 +71,7 @@ def test_frozen_base_with_trainable_layers_trains_like_eager_in_onnx_runtime():
 _OPTIMIZERS = {
     "sgd-nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2),
     "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, foreach=False),
     "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, foreach=False),
 }
@@ -81,7 +82,8 @@ def test_a_compiled_optimizer_step_updates_like_eager(name):
     """``torch.compile(optimizer.step)``: Dynamo puts the parameters and their state on
     the graph as attributes (make_fx cannot lower them; AOTAutograd does). Rows of the
     embedding absent from the batch have zero gradients: RMSprop's and Adagrad's
-    ``sqrt(v) + eps`` is then eps alone, which the ONNX optimizer used to remove (NaN)."""
+    ``sqrt(v) + eps`` is then eps alone, which the ONNX optimizer used to remove (NaN).
+    Dynamo spells ``addcmul_`` with a value as ``prims.fma``, which is decomposed."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3))
     reference = copy.deepcopy(model)
@@ -100,6 +102,7 @@ def test_a_compiled_optimizer_step_updates_like_eager(name):
         for (key, got), want in zip(optimizer.state[p].items(), eager.state[r].values()):
             torch.testing.assert_close(got, want, msg=key)
     assert backend.graphs and all(g.lowering == "aot_autograd" for g in backend.graphs)
+    assert_all_in_onnx_runtime(backend)  # Dynamo's prims.fma (addcmul_) included
 
 
 def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_kernel():

@@ -824,6 +824,14 @@ def multilabel_margin_loss(
     return loss if input.dim() == 2 else loss.reshape(())
 
 
+def fma(a: torch.Tensor, b: Any, c: torch.Tensor) -> Any:
+    """Dynamo's spelling of ``addcmul_(t1, t2, value=v)`` and of ``add_(x, alpha=tensor)``
+    (every Adam-family optimizer step), ``prims.fma``, has no translation; in PyTorch it
+    runs as its reference, ``a * b + c``, which is what this is."""
+    product = aten.mul.Tensor(a, b)
+    return aten.add.Tensor(product, c)
+
+
 def python_functions() -> dict[Any, Any]:
     """Functions Dynamo keeps whole in its graph whose torch decomposition is wrong, and
     their replacements (swapped in before the graph is lowered)."""
@@ -841,6 +849,7 @@ def table() -> dict[Any, Any]:
         aten.as_strided_scatter.default: as_strided_scatter,
         aten.diagonal_scatter.default: diagonal_scatter,
         aten.mv.default: mv,
+        torch.ops.prims.fma.default: fma,
         aten.addmv.default: addmv,
         aten.hardtanh_backward.default: hardtanh_backward,
         aten.signbit.default: signbit,
