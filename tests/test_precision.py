@@ -83,6 +83,28 @@ def test_a_bfloat16_tensor_made_like_a_mask_trains_in_onnx_runtime(factory):
     assert not forward.eager_node_names and len(forward.partitions) == 1
 
 
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x: (x + 1) * 3,
+        lambda x: ((x.float() * 1e-3).half() + 1).float(),
+        lambda x: torch.cumprod(1 + x * 1e-3, -1),
+    ],
+    ids=["chain", "rounded-then-widened", "cumprod"],
+)
+def test_a_float16_chain_rounds_after_every_op_as_eager(f):
+    """ONNX Runtime runs float16 Add and Mul in float32 between casts it inserts, and
+    drops the casts between two such ops: the chain rounded once, at its end (21% of
+    ``(x + 1) * 3`` differed; ``cumprod`` by 8 ulps). Each op is written in float32
+    between casts of ortlab's own, which ONNX Runtime keeps."""
+    torch.manual_seed(0)
+    x = torch.rand(2, 2000, dtype=torch.float16)
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        got = torch.compile(f, backend=backend)(x)
+    assert torch.equal(got, f(x))
+
+
 def test_what_onnx_runtime_runs_in_the_narrow_type_stays_narrow():
     def f(x, y):
         return torch.cat([x.t(), y.t()]).reshape(-1)
