@@ -1,8 +1,8 @@
 """PyTorch's numbers at the edges (``_accurate``; sigmoid's tail by ``_passes``):
 log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, NaN
-through sign/heaviside/angle/xlogy, atan2's signed zeros and corners, var/std with a
-correction at least the count, and negative indices where eager raises, each run whole in
-ONNX Runtime."""
+through sign/heaviside/angle/xlogy, atan2's signed zeros and corners, histc's bin
+edges, var/std with a correction at least the count, and negative indices where eager
+raises, each run whole in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -130,6 +130,22 @@ def test_atan2_of_ordinary_values_is_within_an_ulp(dtype):
     assert (got.double() - expected.double()).abs().max() <= ulp
     if dtype != torch.float32:  # computed in float32 and rounded once, as eager
         assert (got != expected).float().mean() < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("x", "bounds"),
+    [
+        (torch.linspace(-2, 2, 401), dict(min=-2, max=2)),  # values on the edges
+        (torch.tensor([-1.2, 1.2, 2.0, 2.5, -3.0, NAN]), dict(min=-2, max=2)),
+        (torch.full((7,), 3.0), {}),  # no bounds: the data's, widened by 1
+        (torch.linspace(-2, 2, 401, dtype=torch.float16), dict(min=-1, max=1.5)),
+    ],
+    ids=["edges", "outside-and-nan", "no-bounds", "float16"],
+)
+def test_histc_bins_as_atens_arithmetic(x, bounds):
+    # torchlib's compares with float64 edges rounded to float32: -1.2 fell in bin 1.
+    f = lambda x: torch.histc(x * 1, bins=5, **bounds)  # noqa: E731
+    _same(_run(f, x), f(x))
 
 
 def test_var_and_std_with_a_correction_at_least_the_count():

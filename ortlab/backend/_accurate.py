@@ -30,6 +30,9 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 #   NaN to 0, and both-infinite corners gave 0 (pi/4). The signs of zeros are read as
 #   ``_decompositions.signbit`` reads them.
 #   bf16/fp16 are computed in float32 and rounded once, as eager computes them.
+# - ``histc``: torchlib compares with edges computed in float64 and rounded, where
+#   ATen's bin is ``floor((x - lo) * bins / (hi - lo))`` in the input's dtype: ``-1.2``
+#   fell in bin 1 of 5 over [-2, 2] (ATen: 0). Without bounds it failed to export.
 # - ``var``/``std`` with ``correction`` at least the number of elements: PyTorch divides
 #   by ``max(0, N - correction)`` (inf, or NaN for no spread); the translation divided
 #   by the negative count (-0.5 for ``var([1, 2], correction=3)``). Static sizes only.
@@ -240,6 +243,37 @@ def atan2(input: torch.Tensor, other: torch.Tensor) -> Any:
     return aten.where.self(aten.logical_or.default(zero, infinite), corner, result)
 
 
+def histc(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
+    """ATen's histc: the bin of ``x`` is ``floor((x - lo) * bins / (hi - lo))`` in the
+    input's dtype (the last bin closed), counted by a scatter-add. torchlib's compares
+    with edges computed in float64 and rounded: ``-1.2`` fell in bin 1 of
+    ``histc(bins=5, min=-2, max=2)``, where ATen's arithmetic gives 0. Without bounds
+    (``min == max``), the data's extrema, widened by 1 when they are equal."""
+    if not input.is_floating_point() or input.numel() == 0:
+        return NotImplemented
+    if not (math.isfinite(min) and math.isfinite(max)) or min > max:
+        return NotImplemented  # PyTorch's error
+    flat = aten.reshape.default(input, [-1])
+    if min == max:
+        lo, hi = aten.amin.default(flat), aten.amax.default(flat)
+        same = aten.eq.Tensor(lo, hi)
+        lo = aten.where.self(same, aten.sub.Tensor(lo, 1), lo)
+        hi = aten.where.self(same, aten.add.Tensor(hi, 1), hi)
+    else:
+        lo, hi = _constant(float(min), input), _constant(float(max), input)
+    inside = aten.logical_and.default(aten.ge.Tensor(flat, lo), aten.le.Tensor(flat, hi))
+    offset = aten.mul.Tensor(aten.sub.Tensor(flat, lo), bins)
+    scaled = aten.div.Tensor(offset, aten.sub.Tensor(hi, lo))
+    position = aten._to_copy.default(
+        aten.where.self(inside, aten.floor.default(scaled), _constant(0.0, input)),
+        dtype=torch.int64,
+    )
+    position = aten.clamp_max.default(position, bins - 1)  # x == hi: the last bin
+    counts = aten.zeros.default([bins], dtype=input.dtype, device=input.device)
+    ones = aten._to_copy.default(inside, dtype=input.dtype)
+    return aten.scatter_add.default(counts, 0, position, ones)
+
+
 def _constant(value: float, like: torch.Tensor) -> Any:
     return aten.scalar_tensor.default(value, dtype=like.dtype, device=like.device)
 
@@ -337,6 +371,7 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
         aten.heaviside.default: heaviside,
         aten.angle.default: angle,
         aten.atan2.default: atan2,
+        aten.histc.default: histc,
         aten.xlogy.Tensor: xlogy,
         aten.xlogy.Scalar_Self: xlogy,
         aten.xlogy.Scalar_Other: xlogy,
