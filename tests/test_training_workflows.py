@@ -105,6 +105,33 @@ def test_a_compiled_optimizer_step_updates_like_eager(name):
     assert_all_in_onnx_runtime(backend)  # Dynamo's prims.fma (addcmul_) included
 
 
+def test_foreach_updates_run_in_onnx_runtime_as_their_per_tensor_ops():
+    """An EMA of the weights (``torch._foreach_lerp_``) and ``clip_grad_norm_`` (its
+    ``_foreach_norm`` and ``_foreach_mul_``), compiled: no ``_foreach_*`` op has a
+    translation, and each ran in PyTorch between partitions."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
+    ema = copy.deepcopy(model).requires_grad_(False)
+    reference, reference_ema = copy.deepcopy(model), copy.deepcopy(ema)
+    x = torch.randn(5, 4)
+    for m in (model, reference):
+        m(x).square().sum().backward()
+
+    def update(model, ema):
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, foreach=True)
+        torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 0.1)
+        return norm
+
+    backend = ortlab.OrtBackend(ortlab.OrtBackendOptions(strict=True))
+    norm = torch.compile(update, backend=backend)(model, ema)
+    torch.testing.assert_close(norm, update(reference, reference_ema))
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
+    for got, want in zip(ema.parameters(), reference_ema.parameters(), strict=True):
+        torch.testing.assert_close(got, want)
+    assert_all_in_onnx_runtime(backend)
+
+
 def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_kernel():
     """Falcon with ALiBi masks a left-padded query row with ``finfo.min`` (finite) on
     every key. ortlab traces attention as PyTorch's math kernel, whose gradient is the
