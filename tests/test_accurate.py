@@ -148,6 +148,22 @@ def test_histc_bins_as_atens_arithmetic(x, bounds):
     _same(_run(f, x), f(x))
 
 
+def test_histc_without_bounds_over_data_that_is_not_finite_raises_as_eager():
+    """Also the first call of a new graph (another shape) on such data: the first run of
+    its session fails, PyTorch's run too, and the partition stays in ONNX Runtime."""
+    f = lambda x: torch.histc(x * 1, bins=4)  # noqa: E731
+    good, bad, good_too = [torch.tensor(v) for v in ([1.0, 2.0, 3.0], [1.0, INF], [1.0, 2.0])]
+    with pytest.raises(RuntimeError):
+        f(bad)
+    compiled = ortlab.compile(f)
+    _same(compiled(good), f(good))
+    with pytest.raises(RuntimeError):  # PyTorch's run of the partition: its index error
+        compiled(bad)
+    _same(compiled(good_too), f(good_too))
+    partitions = compiled.ortlab_backend.partitions
+    assert [(p.state, p.error, p.run_count) for p in partitions] == [("ort", None, 1)] * 2
+
+
 def test_var_and_std_with_a_correction_at_least_the_count():
     x = torch.tensor([[1.0, 2.0], [3.0, 3.0]])
 

@@ -248,14 +248,18 @@ def histc(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> A
     input's dtype (the last bin closed), counted by a scatter-add. torchlib's compares
     with edges computed in float64 and rounded: ``-1.2`` fell in bin 1 of
     ``histc(bins=5, min=-2, max=2)``, where ATen's arithmetic gives 0. Without bounds
-    (``min == max``), the data's extrema, widened by 1 when they are equal."""
+    (``min == max``), the data's extrema, widened by 1 when they are equal; where those
+    are not finite, PyTorch raises, so the index is :data:`OUT_OF_RANGE` and ONNX
+    Runtime refuses the call, which reruns in PyTorch."""
     if not input.is_floating_point() or input.numel() == 0:
         return NotImplemented
     if not (math.isfinite(min) and math.isfinite(max)) or min > max:
         return NotImplemented  # PyTorch's error
     flat = aten.reshape.default(input, [-1])
+    finite = None
     if min == max:
         lo, hi = aten.amin.default(flat), aten.amax.default(flat)
+        finite = aten.logical_and.default(aten.isfinite.default(lo), aten.isfinite.default(hi))
         same = aten.eq.Tensor(lo, hi)
         lo = aten.where.self(same, aten.sub.Tensor(lo, 1), lo)
         hi = aten.where.self(same, aten.add.Tensor(hi, 1), hi)
@@ -269,6 +273,9 @@ def histc(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> A
         dtype=torch.int64,
     )
     position = aten.clamp_max.default(position, bins - 1)  # x == hi: the last bin
+    if finite is not None:
+        beyond = aten.full_like.default(position, OUT_OF_RANGE)
+        position = aten.where.self(finite, position, beyond)
     counts = aten.zeros.default([bins], dtype=input.dtype, device=input.device)
     ones = aten._to_copy.default(inside, dtype=input.dtype)
     return aten.scatter_add.default(counts, 0, position, ones)

@@ -211,6 +211,9 @@ class OrtPartitionModule:
             try:
                 runner = self._create(args)
             except Exception as e:
+                # A first run on inputs PyTorch rejects too (an index out of range) is
+                # the inputs' error: PyTorch's is raised, and the partition stays.
+                self.eager(*args)
                 self._split_or_fail(args, errors.describe(e), e)
                 return None
             if len(self._runners) >= MAX_SESSIONS_PER_PARTITION:
