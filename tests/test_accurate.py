@@ -1,8 +1,8 @@
 """PyTorch's numbers at the edges (``_accurate``; sigmoid's tail by ``_passes``):
-log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, NaN
-through sign/heaviside/angle/xlogy, atan2's signed zeros and corners, histc's bin
-edges, var/std with a correction at least the count, and negative indices where eager
-raises, each run whole in ONNX Runtime."""
+log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, integer
+division with a rounding mode and fmod, NaN through sign/heaviside/angle/xlogy, atan2's
+signed zeros and corners, histc's bin edges, var/std with a correction at least the
+count, and negative indices where eager raises, each run whole in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -98,6 +98,30 @@ def test_float_remainder_and_floor_division_are_atens():
 
     for got, expected in zip(_run(f, a, b), f(a, b), strict=True):
         _same(got, expected)  # 1.0 // 0.1 is 9, 1.0 % 0.1 is 0.0999999866, -1 % inf inf
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_with_a_rounding_mode_and_fmod_are_exact(dtype):
+    big = torch.iinfo(dtype).max
+    a = torch.tensor([2**24 + 1, -(2**24) - 1, big, -big, 7, -7, 0], dtype=dtype)
+    b = torch.tensor([1, 3, 2, 3, -2, 2, 5], dtype=dtype)
+
+    def f(a, b):
+        trunc, floor = (torch.div(a, b, rounding_mode=m) for m in ("trunc", "floor"))
+        return trunc, floor, torch.div(a, 3, rounding_mode="trunc"), a.fmod(b), a.fmod(-3)
+
+    # torchlib divided in float32 (2**24 + 1 came back 2**24) and fmod'ed in float.
+    for got, expected in zip(_run(f, a, b), f(a, b), strict=True):
+        _same(got, expected)
+
+
+def test_integer_division_by_zero_with_a_rounding_mode_raises_as_eager():
+    f = lambda a, b: torch.div(a, b, rounding_mode="trunc")  # noqa: E731
+    a, b = torch.tensor([5, -5]), torch.tensor([0, 2])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # was INT64_MIN
+        ortlab.compile(f)(a, b)
 
 
 def test_nan_through_sign_heaviside_angle_and_xlogy():

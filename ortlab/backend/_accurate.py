@@ -21,7 +21,9 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 #   divisor (eager: ``-1 % inf`` is inf). ATen's own formula: ``fmod``, exact, moved to
 #   the divisor's sign. Floor division of floats (``//``, ``div(rounding_mode="floor")``)
 #   likewise: ``1.0 // 0.1`` is 9 in eager, 10 as ``floor(a / b)`` (inductor gives 10
-#   too).
+#   too). Integer ``div`` with a rounding mode, and ``fmod``, were computed in float
+#   (``div(2**24 + 1, 1, rounding_mode="trunc")`` gave 2**24): they are ONNX's integer
+#   ``Div`` (which truncates) and torchlib's exact integer floor division.
 # - NaN: ``sign``/``sgn`` of NaN is 0 in PyTorch (NaN through ONNX's Sign);
 #   ``heaviside(nan, v)`` is 0 (1 through the translation); ``angle(nan)`` is NaN (0);
 #   ``xlogy(0, nan)`` is NaN (0).
@@ -161,9 +163,42 @@ def floor_divide(input: Any, other: Any) -> Any:
 
 
 def div_mode(input: Any, other: Any, *, rounding_mode: str | None = None) -> Any:
+    divisor = _same_integers(input, other)
+    if divisor is not None:  # integers: exact, where torchlib divides in float32
+        if rounding_mode == "trunc":
+            return torch.ops.prims.div.default(input, divisor)  # ONNX's Div of integers
+        if rounding_mode == "floor":
+            return aten.floor_divide.default(input, divisor)  # exact in torchlib
+        return NotImplemented
     if rounding_mode != "floor":
         return NotImplemented
     return floor_divide(input, other)
+
+
+def fmod(input: Any, other: Any) -> Any:
+    """Integer ``fmod`` as ``a - trunc(a / b) * b``: torchlib's ``Mod(fmod=1)`` computes
+    it in floating point (``(2**62 + 1) % 3`` gave 1)."""
+    divisor = _same_integers(input, other)
+    if divisor is None:
+        return NotImplemented
+    quotient = torch.ops.prims.div.default(input, divisor)
+    return aten.sub.Tensor(input, aten.mul.Tensor(quotient, divisor))
+
+
+def _same_integers(input: Any, other: Any) -> Any:
+    """``other`` as a tensor of ``input``'s integer dtype (a number made one), or
+    ``None`` when they are not integers of one dtype (promotion: PyTorch's path)."""
+    if not isinstance(input, torch.Tensor) or input.dtype.is_floating_point:
+        return None
+    if input.dtype in (torch.bool, torch.complex64, torch.complex128):
+        return None
+    if isinstance(other, torch.Tensor):
+        return other if other.dtype == input.dtype else None
+    if isinstance(other, int) and not isinstance(other, bool):
+        info = torch.iinfo(input.dtype)
+        if info.min <= other <= info.max:
+            return aten.scalar_tensor.default(other, dtype=input.dtype, device=input.device)
+    return None
 
 
 def sign(input: torch.Tensor) -> Any:
@@ -373,6 +408,8 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
         aten.floor_divide.Scalar: floor_divide,
         aten.div.Tensor_mode: div_mode,
         aten.div.Scalar_mode: div_mode,
+        aten.fmod.Tensor: fmod,
+        aten.fmod.Scalar: fmod,
         aten.sign.default: sign,
         aten.sgn.default: sign,
         aten.heaviside.default: heaviside,
