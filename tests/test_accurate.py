@@ -1,8 +1,9 @@
 """PyTorch's numbers at the edges (``_accurate``; sigmoid's tail by ``_passes``):
 log1p/expm1 near 0, logaddexp's overflow, float remainder and floor division, integer
-division with a rounding mode and fmod, NaN through sign/heaviside/angle/xlogy, atan2's
-signed zeros and corners, histc's bin edges, var/std with a correction at least the
-count, and negative indices where eager raises, each run whole in ONNX Runtime."""
+division with a rounding mode and fmod, NaN through sign/heaviside/angle/xlogy, the
+infinity norms and logit, atan2's signed zeros and corners, histc's bin edges, var/std
+with a correction at least the count, and negative indices where eager raises, each run
+whole in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -186,6 +187,18 @@ def test_histc_without_bounds_over_data_that_is_not_finite_raises_as_eager():
     _same(compiled(good_too), f(good_too))
     partitions = compiled.ortlab_backend.partitions
     assert [(p.state, p.error, p.run_count) for p in partitions] == [("ort", None, 1)] * 2
+
+
+def test_nan_through_the_infinity_norms_and_logit_with_eps():
+    x = torch.tensor([[5.0, 1.0, NAN, 0.0], [NAN, 1.0, 2.0, 0.0], [-7.0, 1.0, 2.0, 3.0]])
+
+    def f(x):
+        norms = torch.linalg.vector_norm(x, INF, dim=1), torch.linalg.vector_norm(x, -INF)
+        return *norms, torch.nn.functional.normalize(x, p=INF), torch.logit(x / 8, eps=1e-6)
+
+    # ReduceMax skipped NaN ([5, 1, nan, 0] gave 5); Clip made logit(nan) 13.8.
+    for got, expected in zip(_run(f, x), f(x), strict=True):  # log's last bit may differ
+        torch.testing.assert_close(got, expected, rtol=2.4e-7, atol=0, equal_nan=True)
 
 
 def test_var_and_std_with_a_correction_at_least_the_count():

@@ -35,6 +35,8 @@ table beside :mod:`_decompositions`; calls outside the failing cases keep the op
 # - ``histc``: torchlib compares with edges computed in float64 and rounded, where
 #   ATen's bin is ``floor((x - lo) * bins / (hi - lo))`` in the input's dtype: ``-1.2``
 #   fell in bin 1 of 5 over [-2, 2] (ATen: 0). Without bounds it failed to export.
+# - NaN through the infinity norms (``linalg_vector_norm``: torchlib's ``ReduceMax``
+#   skipped it) and ``logit(x, eps)`` (its ``Clip`` made NaN ``1 - eps``).
 # - ``var``/``std`` with ``correction`` at least the number of elements: PyTorch divides
 #   by ``max(0, N - correction)`` (inf, or NaN for no spread); the translation divided
 #   by the negative count (-0.5 for ``var([1, 2], correction=3)``). Static sizes only.
@@ -316,6 +318,32 @@ def histc(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> A
     return aten.scatter_add.default(counts, 0, position, ones)
 
 
+def vector_norm(
+    input: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, **kw: Any
+) -> Any:
+    """The infinity norms as ``amax``/``amin`` of ``|x|``, which keep NaN (``_nan``):
+    torchlib's ``ReduceMax`` skipped it (``[5, 1, nan]`` gave 5; eager NaN), so a NaN
+    gradient passed ``clip_grad_norm_(norm_type=inf)`` unseen."""
+    if not (isinstance(ord, (int, float)) and math.isinf(ord)):
+        return NotImplemented
+    if not input.is_floating_point() or input.numel() == 0:
+        return NotImplemented  # PyTorch's path (and its error for an empty input)
+    dtype = kw.get("dtype")
+    x = input if dtype is None else aten._to_copy.default(input, dtype=dtype)
+    reduce = aten.amax.default if ord > 0 else aten.amin.default
+    return reduce(aten.abs.default(x), _dims(dim) or [], keepdim)
+
+
+def logit(input: torch.Tensor, eps: float | None = None) -> Any:
+    """``log(z / (1 - z))`` with ``z = clamp(x, eps, 1 - eps)``, as ATen computes it: the
+    translation's ``Clip`` turned NaN into ``1 - eps`` (``logit(nan, eps=1e-6)`` gave
+    13.8)."""
+    if eps is None or not input.is_floating_point():
+        return NotImplemented
+    z = aten.clamp.default(input, eps, 1 - eps)
+    return aten.log.default(aten.div.Tensor(z, aten.rsub.Scalar(z, 1)))
+
+
 def _constant(value: float, like: torch.Tensor) -> Any:
     return aten.scalar_tensor.default(value, dtype=like.dtype, device=like.device)
 
@@ -416,6 +444,8 @@ def table(earlier: Mapping[Any, Any]) -> dict[Any, Any]:
         aten.angle.default: angle,
         aten.atan2.default: atan2,
         aten.histc.default: histc,
+        aten.linalg_vector_norm.default: vector_norm,
+        aten.logit.default: logit,
         aten.xlogy.Tensor: xlogy,
         aten.xlogy.Scalar_Self: xlogy,
         aten.xlogy.Scalar_Other: xlogy,
