@@ -97,7 +97,7 @@ from typing import Any
 
 import torch
 
-from ortlab.backend import _dtypes, _torch_private
+from ortlab.backend import _dtypes, _foreach, _torch_private
 
 aten = torch.ops.aten
 
@@ -824,71 +824,6 @@ def multilabel_margin_loss(
     return loss if input.dim() == 2 else loss.reshape(())
 
 
-def fma(a: torch.Tensor, b: Any, c: torch.Tensor) -> Any:
-    """Dynamo's spelling of ``addcmul_(t1, t2, value=v)`` and of ``add_(x, alpha=tensor)``
-    (every Adam-family optimizer step), ``prims.fma``, has no translation; in PyTorch it
-    runs as its reference, ``a * b + c``, which is what this is."""
-    product = aten.mul.Tensor(a, b)
-    return aten.add.Tensor(product, c)
-
-
-_FOREACH = (
-    "abs acos add addcdiv addcmul asin atan ceil clamp_max clamp_min clone copy cos cosh "
-    "div erf erfc exp expm1 floor frac lerp lgamma log log10 log1p log2 max maximum "
-    "minimum mm mul neg pow reciprocal round rsqrt sigmoid sign sin sinh sqrt sub tan "
-    "tanh trunc zero"
-).split()
-"""The ``_foreach_*`` ops that are their per-tensor op over lists (``_foreach_norm`` is
-``linalg_vector_norm``)."""
-
-
-def _per_tensor(op: Callable[..., Any]) -> Callable[..., Any]:
-    """``_foreach_<op>`` as ``op`` on each tensor: list arguments (tensors, or numbers
-    of a ``ScalarList``) are taken element by element, the others passed whole."""
-
-    def decompose(*args: Any, **kwargs: Any) -> Any:
-        count = next(len(a) for a in args if isinstance(a, (list, tuple)))
-        return [
-            op(*(a[i] if isinstance(a, (list, tuple)) else a for a in args), **kwargs)
-            for i in range(count)
-        ]
-
-    return decompose
-
-
-def _per_tensor_addc(op: Callable[..., Any]) -> Callable[..., Any]:
-    """``_foreach_addcmul``/``addcdiv``: their per-tensor op takes ``value`` by keyword."""
-
-    def decompose(tensors: Any, tensors1: Any, tensors2: Any, value: Any = 1) -> Any:
-        values = value if isinstance(value, (list, tuple)) else [value] * len(tensors)
-        return [op(*abc, value=v) for *abc, v in zip(tensors, tensors1, tensors2, values)]
-
-    return decompose
-
-
-def foreach_norm(tensors: Sequence[torch.Tensor], ord: Any = 2, dtype: Any = None) -> Any:
-    return [aten.linalg_vector_norm.default(t, ord, dtype=dtype) for t in tensors]
-
-
-def foreach_table() -> dict[Any, Any]:
-    """The ``_foreach_*`` ops (EMA updates, ``clip_grad_norm_``, optimizers with
-    ``foreach=True`` compiled whole) have no translation: each is its per-tensor op,
-    which has. (``addcmul``/``addcdiv`` with a tensor of values, one per tensor, keep
-    their op.)"""
-    table: dict[Any, Any] = {aten._foreach_norm.Scalar: foreach_norm}
-    for name in _FOREACH:
-        packet = getattr(aten, f"_foreach_{name}", None)
-        per_tensor = getattr(aten, name, None)
-        if packet is None or per_tensor is None:
-            continue
-        for overload in packet.overloads():
-            if overload.endswith("out") or (name.startswith("addc") and overload == "Tensor"):
-                continue
-            per = _per_tensor_addc if name.startswith("addc") else _per_tensor
-            table[getattr(packet, overload)] = per(per_tensor)
-    return table
-
-
 def python_functions() -> dict[Any, Any]:
     """Functions Dynamo keeps whole in its graph whose torch decomposition is wrong, and
     their replacements (swapped in before the graph is lowered)."""
@@ -906,7 +841,6 @@ def table() -> dict[Any, Any]:
         aten.as_strided_scatter.default: as_strided_scatter,
         aten.diagonal_scatter.default: diagonal_scatter,
         aten.mv.default: mv,
-        torch.ops.prims.fma.default: fma,
         aten.addmv.default: addmv,
         aten.hardtanh_backward.default: hardtanh_backward,
         aten.signbit.default: signbit,
@@ -923,4 +857,4 @@ def table() -> dict[Any, Any]:
         aten.gelu.default: _float64_rounded(aten.gelu.default, "approximate"),
         aten._native_multi_head_attention.default: native_multi_head_attention,
         aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
-    } | foreach_table()
+    } | _foreach.table()
