@@ -30,7 +30,8 @@ kernel for the narrow type.
 # nothing. A chain of float16 ops then rounds once at its end, not after every op as
 # PyTorch does: ``(x + 1) * 3`` differed from eager in 21% of elements, and
 # ``cumprod(1 + x * 1e-3)`` by 8 ulps. A single node, as the table checks it, is
-# right, so the table cannot see it. Casts written in the model are kept.
+# right, so the table cannot see it. Casts written in the model are kept. Ops that only
+# move values and have float16 kernels (``_MOVES``) stay float16.
 #
 # Left alone: nodes the table verified in the narrow type (ONNX Runtime runs them as
 # they are), conversions (a bit cast must stay one), random ops (they stay in PyTorch
@@ -180,9 +181,35 @@ def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
         return False
     if _number_kept_whole(node):  # a narrow kernel would round the number (float16 mul)
         return True
-    if any(isinstance(v, torch.Tensor) and v.dtype == torch.float16 for v in values):
+    float16 = any(isinstance(v, torch.Tensor) and v.dtype == torch.float16 for v in values)
+    if float16 and getattr(target, "overloadpacket", None) not in _MOVES:
         return True  # ONNX Runtime's float16 "kernels" drop roundings in a chain (NOTE)
     return _conformance.lookup_node(node, _support.target_text(target)).status != "verified"
+
+
+_MOVES = frozenset(
+    {
+        _aten.view,
+        _aten._unsafe_view,
+        _aten.reshape,
+        _aten.permute,
+        _aten.transpose,
+        _aten.t,
+        _aten.expand,
+        _aten.squeeze,
+        _aten.unsqueeze,
+        _aten.slice,
+        _aten.select,
+        _aten.cat,
+        _aten.embedding,
+        _aten.index_select,
+        _aten.gather,
+    }
+)
+"""Ops that only move float16 values, into ONNX ops with float16 kernels of their own on
+CPU (Reshape, Transpose, Expand, Squeeze, Unsqueeze, Slice, Gather, GatherElements,
+Concat: measured, no casts inserted, so the casts around them stay): they stay float16
+(widening an embedding's table on every call made a lookup 26x slower)."""
 
 
 def _number_kept_whole(node: torch.fx.Node) -> bool:
