@@ -109,7 +109,9 @@ def test_integer_division_with_a_rounding_mode_and_fmod_are_exact(dtype):
 
     def f(a, b):
         trunc, floor = (torch.div(a, b, rounding_mode=m) for m in ("trunc", "floor"))
-        return trunc, floor, torch.div(a, 3, rounding_mode="trunc"), a.fmod(b), a.fmod(-3)
+        rows = a.reshape(1, -1).expand(2, -1)  # broadcast against b
+        broadcast = torch.div(rows, b, rounding_mode="trunc"), rows.fmod(b)
+        return trunc, floor, torch.div(a, 3, rounding_mode="trunc"), a.fmod(b), *broadcast
 
     # torchlib divided in float32 (2**24 + 1 came back 2**24) and fmod'ed in float.
     for got, expected in zip(_run(f, a, b), f(a, b), strict=True):
@@ -143,6 +145,9 @@ def test_atan2_turns_by_the_sign_of_zero_and_keeps_nan_and_the_infinite_corners(
     x = torch.tensor([-1.0, -1.0, 0.0, -0.0, -0.0, INF, -INF, 2.0, -INF, 1.0, NAN, 3.0])
     # torchlib's: atan2(0, -1) = -pi, atan2(2, -0.0) = -pi/2, (inf, inf) = 0, NaN -> 0.
     _same(_run(torch.atan2, y, x), torch.atan2(y, x))
+    for other in (torch.tensor(-1.0, dtype=torch.float64), torch.tensor(-0.0)):  # promoted
+        for narrow in (y, y.half()):
+            _same(_run(torch.atan2, narrow, other), torch.atan2(narrow, other))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -194,7 +199,8 @@ def test_nan_through_the_infinity_norms_and_logit_with_eps():
 
     def f(x):
         norms = torch.linalg.vector_norm(x, INF, dim=1), torch.linalg.vector_norm(x, -INF)
-        return *norms, torch.nn.functional.normalize(x, p=INF), torch.logit(x / 8, eps=1e-6)
+        logits = torch.logit(x / 8, eps=1e-6), torch.logit(x / 8, eps=0.7)  # lower bound first
+        return *norms, torch.nn.functional.normalize(x, p=INF), *logits
 
     # ReduceMax skipped NaN ([5, 1, nan, 0] gave 5); Clip made logit(nan) 13.8.
     for got, expected in zip(_run(f, x), f(x), strict=True):  # log's last bit may differ

@@ -132,6 +132,22 @@ def test_foreach_updates_run_in_onnx_runtime_as_their_per_tensor_ops():
     assert_all_in_onnx_runtime(backend)
 
 
+def test_a_foreach_op_kept_whole_leaves_the_rest_of_the_graph_in_onnx_runtime():
+    """``_foreach_maximum`` with a number has no per-tensor op taking a number: it keeps
+    its op, and the graph around it is still lowered and run in ONNX Runtime."""
+
+    def f(xs):
+        return [y.sin() + 1 for y in torch._foreach_maximum([x * 2 for x in xs], 0.1)]
+
+    xs = [torch.randn(3), torch.randn(2, 2)]
+    backend = ortlab.OrtBackend()
+    for got, want in zip(torch.compile(f, backend=backend)(xs), f(xs), strict=True):
+        torch.testing.assert_close(got, want)
+    (graph,) = backend.graphs
+    assert graph.fallback is None and len(graph.partitions) == 2
+    assert {graph.verdict(n).rule for n in graph.eager_node_names} >= {"no-translation"}
+
+
 def test_a_query_row_whose_finite_mask_hides_every_key_trains_as_pytorchs_math_kernel():
     """Falcon with ALiBi masks a left-padded query row with ``finfo.min`` (finite) on
     every key. ortlab traces attention as PyTorch's math kernel, whose gradient is the

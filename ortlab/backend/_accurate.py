@@ -168,7 +168,7 @@ def div_mode(input: Any, other: Any, *, rounding_mode: str | None = None) -> Any
     divisor = _same_integers(input, other)
     if divisor is not None:  # integers: exact, where torchlib divides in float32
         if rounding_mode == "trunc":
-            return torch.ops.prims.div.default(input, divisor)  # ONNX's Div of integers
+            return _truncated(input, divisor)  # ONNX's Div of integers
         if rounding_mode == "floor":
             return aten.floor_divide.default(input, divisor)  # exact in torchlib
         return NotImplemented
@@ -183,8 +183,17 @@ def fmod(input: Any, other: Any) -> Any:
     divisor = _same_integers(input, other)
     if divisor is None:
         return NotImplemented
-    quotient = torch.ops.prims.div.default(input, divisor)
+    quotient = _truncated(input, divisor)
     return aten.sub.Tensor(input, aten.mul.Tensor(quotient, divisor))
+
+
+def _truncated(input: torch.Tensor, divisor: torch.Tensor) -> Any:
+    """``prims.div`` of integers (C's division), its operands broadcast first (prims
+    take one shape)."""
+    shape = list(torch.broadcast_shapes(input.shape, divisor.shape))
+    pair = (input, divisor)
+    operands = [t if list(t.shape) == shape else aten.expand.default(t, shape) for t in pair]
+    return torch.ops.prims.div.default(*operands)
 
 
 def _same_integers(input: Any, other: Any) -> Any:
@@ -254,8 +263,11 @@ def atan2(input: torch.Tensor, other: torch.Tensor) -> Any:
     negative (-0.0 included); the corners ``y / x`` cannot give (both zero, both infinite)
     by the signs; NaN through. torchlib's turns by ``y > 0`` (so ``atan2(0, -1)`` was
     -pi), and maps NaN to 0."""
-    if not _floats(input, other) or input.dtype != other.dtype:
+    if not _floats(input, other):
         return NotImplemented
+    if input.dtype != other.dtype:  # both to the result's dtype first, as PyTorch does
+        common = torch.result_type(input, other)
+        input, other = (aten._to_copy.default(t, dtype=common) for t in (input, other))
     if input.dtype == torch.float64:
         return NotImplemented  # ONNX Runtime has no double Atan: the op runs in PyTorch
     if input.dtype in (torch.float16, torch.bfloat16):
@@ -335,12 +347,15 @@ def vector_norm(
 
 
 def logit(input: torch.Tensor, eps: float | None = None) -> Any:
-    """``log(z / (1 - z))`` with ``z = clamp(x, eps, 1 - eps)``, as ATen computes it: the
+    """``log(z / (1 - z))`` with ``z`` = ``x`` held to ``[eps, 1 - eps]`` as ATen holds it
+    (the lower bound first, for an ``eps`` over 0.5 too), NaN kept: the
     translation's ``Clip`` turned NaN into ``1 - eps`` (``logit(nan, eps=1e-6)`` gave
     13.8)."""
     if eps is None or not input.is_floating_point():
         return NotImplemented
-    z = aten.clamp.default(input, eps, 1 - eps)
+    low, high = _constant(eps, input), _constant(1 - eps, input)
+    z = aten.where.self(aten.gt.Scalar(input, 1 - eps), high, input)
+    z = aten.where.self(aten.lt.Scalar(input, eps), low, z)  # x < lo first, as ATen
     return aten.log.default(aten.div.Tensor(z, aten.rsub.Scalar(z, 1)))
 
 

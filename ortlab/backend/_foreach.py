@@ -66,8 +66,8 @@ def foreach_norm(tensors: Sequence[torch.Tensor], ord: Any = 2, dtype: Any = Non
 def table() -> dict[Any, Any]:
     """The ``_foreach_*`` ops (EMA updates, ``clip_grad_norm_``, optimizers with
     ``foreach=True`` compiled whole) have no translation: each is its per-tensor op,
-    which has. (``addcmul``/``addcdiv`` with a tensor of values, one per tensor, keep
-    their op.)"""
+    which has. (``addcmul``/``addcdiv`` with a tensor of values, one per tensor, and
+    ``maximum``/``minimum`` with numbers keep their op.)"""
     table: dict[Any, Any] = {
         torch.ops.prims.fma.default: fma,
         aten._foreach_norm.Scalar: foreach_norm,
@@ -80,6 +80,8 @@ def table() -> dict[Any, Any]:
         for overload in packet.overloads():
             if overload.endswith("out") or (name.startswith("addc") and overload == "Tensor"):
                 continue
+            if name in ("maximum", "minimum") and overload.startswith("Scalar"):
+                continue  # maximum/minimum take no number
             per = _per_tensor_addc if name.startswith("addc") else _per_tensor
             table[getattr(packet, overload)] = per(per_tensor)
     return table
