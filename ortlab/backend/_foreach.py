@@ -64,9 +64,9 @@ def foreach_norm(tensors: Sequence[torch.Tensor], ord: Any = 2, dtype: Any = Non
 
 
 def table() -> dict[Any, Any]:
-    """The ``_foreach_*`` ops (EMA updates, ``clip_grad_norm_``, optimizers with
-    ``foreach=True`` compiled whole) have no translation: each is its per-tensor op,
-    which has. (``addcmul``/``addcdiv`` with a tensor of values, one per tensor, and
+    """The decompositions, by op: ``prims.fma``, and the ``_foreach_*`` ops (EMA updates,
+    ``clip_grad_norm_``, optimizers with ``foreach=True`` compiled whole), each its
+    per-tensor op. (``addcmul``/``addcdiv`` with a tensor of values, one per tensor, and
     ``maximum``/``minimum`` with numbers keep their op.)"""
     table: dict[Any, Any] = {
         torch.ops.prims.fma.default: fma,
