@@ -42,6 +42,7 @@ from ortlab.backend import (
     _partition,
     _precision,
     _rewrites,
+    _rng,
     _scalars,
     _sizes,
     _source,
@@ -249,6 +250,8 @@ class OrtBackend:
             # Size arithmetic from the inputs, not from intermediates (see _sizes).
             graph_module = _export.copy_graph_module(graph_module)
             _sizes.sizes_from_inputs(graph_module)
+        # Random draws made first, so that they do not cut the graph (see _rng).
+        graph_module = _rng.draws_first(graph_module)
         # Ops whose translation is wrong on some inputs, rewritten first (see _rewrites).
         graph_module = _rewrites.for_onnx(graph_module)
         graph_module = _scalars.for_onnx(graph_module)

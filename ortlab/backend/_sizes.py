@@ -47,7 +47,7 @@ def _sources(graph: torch.fx.Graph) -> dict[Any, tuple[torch.fx.Node, int | None
     return sources
 
 
-class _Emitter:
+class Emitter:
     """Builds FX nodes computing a sympy size expression from the graph inputs, each with
     its ``meta["val"]`` (the SymInt it computes), before ``anchor``."""
 
@@ -144,6 +144,11 @@ class _Emitter:
         return self._node(target, (left, right))
 
 
+def emitter(graph: torch.fx.Graph, anchor: torch.fx.Node) -> Emitter:
+    """An :class:`Emitter` of sizes computed from ``graph``'s inputs, before ``anchor``."""
+    return Emitter(graph, _sources(graph), anchor)
+
+
 def reads_intermediate_sizes(graph_module: torch.fx.GraphModule) -> bool:
     """Whether the graph reads a symbolic size of a tensor it computes."""
     for target in _SIZE_READS:
@@ -163,7 +168,7 @@ def sizes_from_inputs(graph_module: torch.fx.GraphModule) -> int:
     if not sources:
         return 0
     anchor = next(n for n in graph.nodes if n.op != "placeholder")
-    emitter = _Emitter(graph, sources, anchor)
+    emitter = Emitter(graph, sources, anchor)
     replaced = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in _SIZE_READS:

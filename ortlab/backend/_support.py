@@ -37,7 +37,7 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ortlab.backend import _conformance, _dtypes, _source, _torch_private, records
+from ortlab.backend import _conformance, _dtypes, _rng, _source, _torch_private, records
 
 Stage = Literal["node", "partition", "session"]
 
@@ -101,6 +101,12 @@ def target_text(target: Any) -> str:
             f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
         )
     return str(target)
+
+
+def node_text(node: torch.fx.Node) -> str:
+    """The op a node runs, for its verdict: :func:`target_text`, or for a draw
+    :mod:`_rng` made at the start of the graph, the op that draws."""
+    return target_text(_rng.drawing_op(node) or node.target)
 
 
 # -- helpers the rules share -------------------------------------------------------------
@@ -411,14 +417,18 @@ def _wrong_translation(node: torch.fx.Node, facts: Facts) -> Decision | None:
 
 
 def _random(node: torch.fx.Node, facts: Facts) -> Decision | None:
-    """Random ops (``Tag.nondeterministic_seeded``) stay in PyTorch, whose RNG ONNX
-    Runtime does not reproduce; attention (``scaled_dot_product_*``) carries the tag but is
-    deterministic when its ``dropout_p`` is 0."""
-    if not (_is_overload(node) and torch.Tag.nondeterministic_seeded in node.target.tags):  # type: ignore[union-attr]
+    """Random ops (``Tag.nondeterministic_seeded``; see :func:`_rng.is_random`) stay in
+    PyTorch, whose RNG ONNX Runtime does not reproduce; :mod:`_rng` makes them first in
+    the graph where it can, so that they do not cut it."""
+    if not _rng.is_random(node):
         return None
-    name = node.target.__name__  # type: ignore[union-attr]
-    if "scaled_dot_product" in name and _schema_arg(node, "dropout_p") == 0:
-        return None
+    if _rng.drawing_op(node) is not None:
+        return Decision(
+            False,
+            "random draw (ONNX Runtime's RNG differs from PyTorch's), made in PyTorch at the "
+            "start of the graph, from the sizes and strides of what it reads, so that the "
+            "ops around it stay in one partition",
+        )
     return Decision(
         False,
         "random op (nondeterministic_seeded): ONNX Runtime's RNG differs from PyTorch's, "
@@ -647,7 +657,7 @@ class OrtOperatorSupport(OperatorSupportBase):
             name, decision = self._decide(node)
             cached = records.Verdict(
                 node.name,
-                target_text(node.target),
+                node_text(node),
                 decision.supported,
                 decision.reason,
                 _source.user_source(node),
@@ -729,7 +739,7 @@ def graph_not_compiled(gm: torch.fx.GraphModule, error: str) -> list[records.Ver
     return [
         records.Verdict(
             n.name,
-            target_text(n.target),
+            node_text(n),
             False,
             reason,
             _source.user_source(n),

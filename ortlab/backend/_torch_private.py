@@ -304,6 +304,8 @@ def lowering_decompositions(
         table[op] = decomposition_table[op]
     table.update(_decompositions.table())  # backward ops torch does not decompose
     table.update(_accurate.table(table))  # PyTorch's numbers at the edges
+    for op in _DRAWS_UNLIKE_EAGER:
+        table.pop(op, None)
     return table
 
 
@@ -332,6 +334,23 @@ _DECOMPOSED_DESPITE_TRANSLATION = (
 )
 """Ops with a torchlib translation that ortlab's lowerings decompose anyway, because the
 translation is wrong for some of their outputs (see :func:`lowering_decompositions`)."""
+
+
+def _draws_unlike_eager() -> tuple[Any, ...]:
+    aten = torch.ops.aten
+    ops: list[Any] = []
+    for name in ("cauchy", "exponential", "geometric", "log_normal"):
+        for packet in (getattr(aten, name, None), getattr(aten, f"{name}_", None)):
+            if packet is not None:
+                ops.extend(getattr(packet, o) for o in packet.overloads())
+    return tuple(ops)
+
+
+_DRAWS_UNLIKE_EAGER = _draws_unlike_eager()
+"""Random ops whose decomposition in torch's table draws other numbers than the op does
+(``exponential_`` becomes ``-log1p(-rand_like(x)) / lambd``: ``gumbel_softmax`` gave
+other noise than eager under the same seed). Left whole, they run in PyTorch and draw what
+eager draws (see ``_rng``)."""
 
 
 @contextlib.contextmanager

@@ -46,7 +46,9 @@ class Module:
         label: Its path relative to its parent (``layer.0``).
         cls: Its class name (``BertLayer``), ``""`` when unknown.
         parent: The module holding it (``None`` for the root).
-        children: Its submodules, in the order their first node appears.
+        children: Its submodules, in the order of their middle node (a node the backend
+            moved, such as a random draw made at the start of the graph, does not move
+            its module).
         items: The items directly in it (not in a submodule).
         ops: Op counts of every op below it.
         groups: Ops per partition below it (FX views).
@@ -114,6 +116,19 @@ def _digest(*parts: object) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
 
 
+def _order_children(module: Module, position: dict[str, int]) -> list[int]:
+    """Sorts the children of ``module`` and below by the median position of their items;
+    returns the positions under ``module``, sorted."""
+    below = [position[i.key] for i in module.items]
+    keys = {}
+    for child in module.children:
+        positions = _order_children(child, position)
+        keys[child.path] = positions[len(positions) // 2] if positions else 0
+        below.extend(positions)
+    module.children.sort(key=lambda c: keys[c.path])
+    return sorted(below)
+
+
 class Tree:
     """The module tree of a list of items (see the module NOTE).
 
@@ -128,6 +143,7 @@ class Tree:
         self.modules: dict[str, Module] = {ROOT: self.root}
         for item in items:
             self._place(item)
+        _order_children(self.root, {key: i for i, key in enumerate(self.order)})
         consumers: dict[str, list[str]] = collections.defaultdict(list)
         for item in items:
             for src in item.inputs:

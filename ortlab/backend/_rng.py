@@ -1,0 +1,284 @@
+"""Random draws made at the start of the graph, so that the ops between them stay in one
+partition.
+
+# NOTE: random ops stay in PyTorch (ONNX Runtime's generator is not PyTorch's; see the
+# ``random`` support rule), and every one used to cut its graph: a 4-layer BERT trained
+# with its default dropout had a forward graph in 15 pieces. What a draw produces
+# depends only on the generator's state and on its arguments' sizes, strides
+# and dtypes, not on their values, except where a value is data (a probability tensor,
+# a mean). So the draws are made first, in their order, and the rest of the graph reads
+# them:
+#
+#   before:  x -> [linear] -> native_dropout(p) -> [gelu -> linear] -> native_dropout(p)
+#            3 partitions, 2 draws in PyTorch between them
+#   after:   mask0 = dropout_mask(size, stride, dtype, device, p)   PyTorch, in order
+#            mask1 = dropout_mask(size, stride, dtype, device, p)
+#            x -> [linear -> x * (mask0.to(dtype) * scale) -> gelu -> linear -> ...]
+#            1 partition
+#
+# The values are PyTorch's, bit for bit: the same op draws, in the same order, from the
+# same generator, on a stand-in of the same sizes, strides and dtype. ``native_dropout``
+# draws a mask and multiplies; its output is rebuilt from the mask as ATen computes it,
+# ``x * (mask.to(dtype) * scale)`` with ``scale = 1 / (1 - p)`` (0 when p is 1): the
+# scale is rounded to the dtype first, which matters in float16 and bfloat16.
+#
+# A draw moves when everything it reads can be had at the start: graph inputs, numbers,
+# symbolic sizes (computed from the inputs' sizes, see ``_sizes``), and tensors it reads
+# only for their layout (:data:`_LAYOUT_ONLY`: ``rand_like``, ``bernoulli.p``, the
+# functional ``uniform``/``normal``/``exponential``... of an in-place fill,
+# ``native_dropout``'s mask), which become a stand-in of that layout. Draws keep their
+# order: the first draw that cannot move (``bernoulli`` of probabilities computed in the
+# graph) stops the moves, and it and every draw after it stay where they are.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ortlab.backend import _export, _rewrites, _sizes, _torch_private
+
+aten = torch.ops.aten
+
+_DROPOUT = aten.native_dropout.default
+
+
+def _layout_only_ops() -> dict[Any, int]:
+    names = (
+        "native_dropout.default",
+        "rand_like.default",
+        "randn_like.default",
+        "randint_like.default",
+        "randint_like.low_dtype",
+        "bernoulli.p",
+        "uniform.default",
+        "normal_functional.default",
+        "exponential.default",
+        "geometric.default",
+        "log_normal.default",
+        "cauchy.default",
+        "random.default",
+        "random.from",
+        "random.to",
+    )
+    ops: dict[Any, int] = {}
+    for name in names:
+        packet, overload = name.split(".")
+        op = getattr(getattr(aten, packet, None), overload, None)
+        if op is not None:
+            ops[op] = 0
+    return ops
+
+
+_LAYOUT_ONLY = _layout_only_ops()
+"""Random ops -> the position of the tensor argument they read for its sizes, strides and
+dtype only (what they draw does not depend on its values)."""
+
+
+def is_random(node: torch.fx.Node) -> bool:
+    """Whether the node draws from PyTorch's generator: an ATen op tagged
+    ``nondeterministic_seeded`` (attention with ``dropout_p`` 0 excepted), or a draw this
+    module made."""
+    if node.op != "call_function":
+        return False
+    if node.target in (dropout_mask, draw_like):
+        return True
+    target = node.target
+    if not (
+        _torch_private.is_op_overload(target)
+        and torch.Tag.nondeterministic_seeded in target.tags  # type: ignore[union-attr]
+    ):
+        return False
+    if "scaled_dot_product" in target.__name__:  # type: ignore[union-attr]
+        return _dropout_p(node) != 0
+    return True
+
+
+def _dropout_p(node: torch.fx.Node) -> Any:
+    schema = node.target._schema  # type: ignore[union-attr]
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == "dropout_p":
+            if arg.name in node.kwargs:
+                return node.kwargs[arg.name]
+            if i < len(node.args) and not arg.kwarg_only:
+                return node.args[i]
+            return arg.default_value
+    return None
+
+
+def drawing_op(node: torch.fx.Node) -> Any:
+    """The ATen op a draw this module made runs (``None`` for any other node)."""
+    if node.op != "call_function":
+        return None
+    if node.target is dropout_mask:
+        return _DROPOUT
+    if node.target is draw_like:
+        return node.args[0]
+    return None
+
+
+# -- the draws, as the graph calls them -------------------------------------------------
+
+
+def dropout_mask(
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    p: float,
+) -> torch.Tensor:
+    """The mask ``native_dropout(x, p, True)`` draws for an ``x`` of this layout."""
+    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return aten.native_dropout.default(stand_in, p, True)[1]
+
+
+def draw_like(
+    op: Any,
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    *args: Any,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """``op(x, *args, **kwargs)`` for an ``x`` of this layout (``op`` reads only that)."""
+    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return op(stand_in, *args, **kwargs)
+
+
+# -- the pass ------------------------------------------------------------------------------
+
+
+class _Start:
+    """Builds, at the start of a graph, what a draw reads: graph inputs as they are,
+    symbolic sizes computed from the inputs (see ``_sizes``), a layout-only tensor as its
+    sizes, strides, dtype and device. Each method returns ``None`` when it cannot."""
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.graph = graph
+        self.start = next(n for n in graph.nodes if n.op != "placeholder")
+        self._sizes = _sizes.emitter(graph, self.start)
+
+    def size(self, value: Any) -> Any:
+        if isinstance(value, int):
+            return value
+        if not isinstance(value, torch.SymInt):
+            return None
+        return self._sizes.emit(value.node.expr)
+
+    def arg(self, value: Any) -> tuple[bool, Any]:
+        """``(True, the argument made at the start)`` or ``(False, None)``."""
+        if isinstance(value, (list, tuple)):
+            items = [self.arg(v) for v in value]
+            if not all(ok for ok, _ in items):
+                return False, None
+            return True, type(value)(v for _, v in items)
+        if not isinstance(value, torch.fx.Node) or value.op == "placeholder":
+            return True, value
+        size = self.size(value.meta.get("val"))
+        return (size is not None), size
+
+    def layout(self, value: Any) -> tuple[Any, ...] | None:
+        tensor = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        sizes = [self.size(s) for s in tensor.shape]
+        strides = [self.size(s) for s in tensor.stride()]
+        if any(s is None for s in (*sizes, *strides)):
+            return None
+        return (tuple(sizes), tuple(strides), tensor.dtype, tensor.device)
+
+    def node(
+        self, origin: torch.fx.Node, target: Any, args: Any, kwargs: Any
+    ) -> torch.fx.Node:
+        with self.graph.inserting_before(self.start):
+            node = self.graph.call_function(target, tuple(args), dict(kwargs))
+        node.meta = {k: v for k, v in origin.meta.items() if k != "tensor_meta"}
+        return node
+
+
+def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with its random draws made at its start (see the module's NOTE): a
+    rewritten copy, or ``graph_module`` itself when no draw moves."""
+    if not any(is_random(n) and not _made_here(n) for n in graph_module.graph.nodes):
+        return graph_module
+    rewritten = _export.copy_graph_module(graph_module)
+    graph = rewritten.graph
+    at_start = _Start(graph)
+    moved = 0
+    for node in list(graph.nodes):
+        if not is_random(node) or _made_here(node):
+            continue
+        if not _draw_first(at_start, node):
+            break  # later draws keep their place behind it: the order of draws holds
+        moved += 1
+    if not moved:
+        return graph_module
+    graph.eliminate_dead_code()
+    graph.lint()
+    rewritten.recompile()
+    return rewritten
+
+
+def _made_here(node: torch.fx.Node) -> bool:
+    return node.target in (dropout_mask, draw_like)
+
+
+def _draw_first(at_start: _Start, node: torch.fx.Node) -> bool:
+    """Makes ``node``'s draw at the start of the graph; ``False`` (nothing changed) when
+    it reads something computed in the graph."""
+    if node.kwargs.get("generator") is not None:
+        return False
+    position = _LAYOUT_ONLY.get(node.target)
+    if position is None or position >= len(node.args):
+        ok, args = at_start.arg(node.args)
+        ok_kw, kwargs = at_start.arg(tuple(node.kwargs.values()))
+        if not (ok and ok_kw):
+            return False
+        draw = at_start.node(node, node.target, args, zip(node.kwargs, kwargs))
+        node.replace_all_uses_with(draw)
+        at_start.graph.erase_node(node)
+        return True
+    layout = at_start.layout(node.args[position])
+    ok, rest = at_start.arg(node.args[position + 1 :])
+    ok_kw, kwargs = at_start.arg(tuple(node.kwargs.values()))
+    if layout is None or not (ok and ok_kw) or position != 0:
+        return False
+    if node.target is _DROPOUT:
+        return _dropout_first(at_start, node, layout)
+    draw = at_start.node(
+        node, draw_like, (node.target, *layout, *rest), zip(node.kwargs, kwargs)
+    )
+    node.replace_all_uses_with(draw)
+    at_start.graph.erase_node(node)
+    return True
+
+
+def _dropout_first(at_start: _Start, node: torch.fx.Node, layout: tuple[Any, ...]) -> bool:
+    """``native_dropout(x, p, True)`` -> a mask drawn at the start, and its output
+    ``x * (mask.to(dtype) * scale)`` where it was."""
+    if len(node.args) != 3 or node.kwargs or node.args[2] is not True:
+        return False
+    if any(u.target is not operator.getitem or u.args[1] not in (0, 1) for u in node.users):
+        return False
+    x, p = node.args[0], node.args[1]
+    if not isinstance(p, (int, float)) or not isinstance(x, torch.fx.Node):
+        return False
+    graph = at_start.graph
+    mask = at_start.node(node, dropout_mask, (*layout, p), {})
+    mask.meta["val"] = node.meta["val"][1]
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    with graph.inserting_before(node):
+        as_dtype = _rewrites.add_node(
+            graph, node, aten._to_copy.default, (mask,), {"dtype": layout[2]}
+        )
+        scaled = _rewrites.add_node(graph, node, aten.mul.Tensor, (as_dtype, scale))
+        out = _rewrites.add_node(graph, node, aten.mul.Tensor, (x, scaled))
+    for user in list(node.users):
+        user.replace_all_uses_with(out if user.args[1] == 0 else mask)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return True
