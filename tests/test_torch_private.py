@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import operator
+import subprocess
+import sys
 
 import onnx
 import pytest
@@ -92,6 +94,19 @@ def test_decomposition_table_keeps_registered_ops_whole():
     table = _torch_private.onnx_friendly_decompositions()
     assert torch.ops.aten.gelu.default not in table
     assert torch.ops.aten.sigmoid_backward.default in table
+
+
+def test_lowering_table_has_fma_when_built_before_anything_imports_inductors_prims():
+    # prims.fma exists once torch._inductor's prims are imported. Built first in a process
+    # (ortlab.warm_up() before any compile), the table raised AttributeError.
+    code = (
+        "import torch\n"
+        "from ortlab.backend import _torch_private\n"
+        "assert not hasattr(torch.ops.prims, 'fma')\n"
+        "table = _torch_private.lowering_decompositions()\n"
+        "assert torch.ops.prims.fma.default in table\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 def test_translation_keeps_symbols_as_dim_params_and_stamps_provenance():

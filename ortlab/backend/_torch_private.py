@@ -295,6 +295,9 @@ def lowering_decompositions(
     ops (and its backward the decomposed ``native_batch_norm_backward``), all of which
     run in ONNX Runtime. Inference batch norm (``_no_training``) stays one op.
     """
+    # Registers prims.fma (Dynamo spells addcmul_(..., value=v) so), which the table
+    # decomposes; built before anything imported it, the table missed it for good.
+    import torch._inductor.inductor_prims  # noqa: F401
     from torch._decomp import decomposition_table
 
     from ortlab.backend import _accurate, _decompositions
