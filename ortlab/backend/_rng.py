@@ -26,7 +26,8 @@ partition.
 # symbolic sizes (computed from the inputs' sizes, see ``_sizes``), and tensors it reads
 # only for their layout (:data:`_LAYOUT_ONLY`: ``rand_like``, ``bernoulli.p``, the
 # functional ``uniform``/``normal``/``exponential``... of an in-place fill,
-# ``native_dropout``'s mask), which become a stand-in of that layout. Draws keep their
+# ``native_dropout``'s mask), which become a stand-in of that layout (CPU tensors only:
+# CUDA's kernels may draw differently for another pointer). Draws keep their
 # order: the first draw that cannot move (``bernoulli`` of probabilities computed in the
 # graph) stops the moves, and it and every draw after it stay where they are.
 """
@@ -183,7 +184,10 @@ class _Start:
 
     def layout(self, value: Any) -> tuple[Any, ...] | None:
         tensor = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
-        if not isinstance(tensor, torch.Tensor):
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            # CUDA's dropout picks its vectorization (and with it which number lands on
+            # which element) from the pointers' alignment: a stand-in need not draw the
+            # same mask as the tensor it stands for.
             return None
         sizes = [self.size(s) for s in tensor.shape]
         strides = [self.size(s) for s in tensor.stride()]
