@@ -62,7 +62,9 @@ def test_frozen_weights_are_part_of_the_key(tmp_path):
     torch.testing.assert_close(out, expected)
 
 
-@pytest.mark.parametrize("damage", ["model", "meta", "refused"])
+@pytest.mark.parametrize(
+    "damage", ["model", "meta", "meta-not-an-object", "half-deleted", "refused"]
+)
 def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
     model, x = _model(), torch.randn(3, 16)
     with torch.no_grad():
@@ -78,6 +80,11 @@ def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
     elif damage == "meta":
         with open(os.path.join(entry, "meta.json"), "w") as f:
             f.write("{not json")
+    elif damage == "meta-not-an-object":  # JSON, but not the entry's: every process fell back
+        with open(os.path.join(entry, "meta.json"), "w") as f:
+            f.write("null")
+    elif damage == "half-deleted":  # a process stopped while it evicted: re-exported forever
+        os.remove(os.path.join(entry, "model.onnx"))
     else:  # a model ONNX Runtime refuses, under a checksum that matches it
         import hashlib
         import json
@@ -95,6 +102,23 @@ def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
     torch.testing.assert_close(out, expected)
     _, again = _compile_and_run(model, tmp_path, x)  # rebuilt and written again
     assert again.export_method == "cache"
+
+
+@pytest.mark.parametrize("error", [PermissionError, FileNotFoundError])
+def test_a_cache_this_process_can_read_but_not_touch_still_serves(tmp_path, monkeypatch, error):
+    # Marking an entry used (its mtime) fails in a cache another user filled, or when
+    # another process evicts the entry meanwhile: that sent the partition to PyTorch.
+    model, x = _model(), torch.randn(3, 16)
+    _compile_and_run(model, tmp_path, x)
+
+    def cannot(*args, **kwargs):
+        raise error("not this process's to touch")
+
+    monkeypatch.setattr(_cache.os, "utime", cannot)
+    out, session = _compile_and_run(model, tmp_path, x)
+    assert session.export_method == "cache"
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
 
 
 def _as_a_new_process(monkeypatch):

@@ -316,7 +316,11 @@ def build_partition_session(request: Request) -> Built:
     )
     key = _cache_key(request, static)
     if key is not None and request.cache is not None:
-        hit = request.cache.load(key)
+        try:
+            hit = request.cache.load(key)
+        except Exception:  # the cache is an optimization: a broken one is a miss
+            logger.debug("compile cache entry %s unreadable", key, exc_info=True)
+            hit = None
         if hit is not None:
             try:
                 return _from_cache(request, hit, runner_kwargs)

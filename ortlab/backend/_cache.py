@@ -129,12 +129,17 @@ class CompileCache:
             with open(os.path.join(path, "model.onnx"), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
+            # No entry; or half of one (a process stopped while it evicted): deleted, or
+            # the next store could not rename a new one into its place.
+            if os.path.isdir(path):
+                self.discard(key)
             return None
         except (OSError, ValueError):
             self.discard(key)
             return None
         if (
-            meta.get("format") != FORMAT
+            not isinstance(meta, dict)
+            or meta.get("format") != FORMAT
             or meta.get("sha256") != hashlib.sha256(data).hexdigest()
         ):
             self.discard(key)
@@ -150,7 +155,8 @@ class CompileCache:
         except Exception:
             self.discard(key)
             return None
-        os.utime(path)  # used: evicted last
+        with contextlib.suppress(OSError):  # a cache this process may read, not write
+            os.utime(path)  # used: evicted last
         return Hit(model, decisions, key, time.perf_counter() - start)
 
     def store(self, key: str, model_bytes: bytes, decisions: Decisions) -> None:
