@@ -105,7 +105,9 @@ def test_an_entry_that_does_not_check_out_is_rebuilt_not_run(tmp_path, damage):
 
 
 @pytest.mark.parametrize("error", [PermissionError, FileNotFoundError])
-def test_a_cache_this_process_can_read_but_not_touch_still_serves(tmp_path, monkeypatch, error):
+def test_a_cache_this_process_can_read_but_not_touch_still_serves(
+    tmp_path, monkeypatch, error
+):
     # Marking an entry used (its mtime) fails in a cache another user filled, or when
     # another process evicts the entry meanwhile: that sent the partition to PyTorch.
     model, x = _model(), torch.randn(3, 16)
