@@ -152,6 +152,56 @@ def test_a_draw_that_reads_the_graph_stays_and_later_draws_keep_their_order():
     assert "start of the graph" in reasons[0] and "start" not in reasons[2]
 
 
+def _checkpointed(x):
+    def block(t):
+        return F.dropout(t * 2, 0.3) * 2
+
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(block, x, use_reentrant=False) + F.dropout(x, 0.2)
+
+
+def _cond(x):
+    y = torch.cond(
+        x.sum() > 0, lambda t: F.dropout(t, 0.5), lambda t: t * torch.rand_like(t), (x * 2,)
+    )
+    return y + torch.rand_like(x)
+
+
+@pytest.mark.parametrize("fn", [_checkpointed, _cond], ids=["checkpoint", "cond"])
+def test_draws_after_a_nested_graph_that_draws_stay_behind_it(fn):
+    # Activation checkpointing (run_and_save_rng_state) and cond draw inside their own
+    # graphs: a draw after them moved in front of them drew the other's numbers.
+    torch.manual_seed(0)
+    _compiled_matches_eager(fn, torch.randn(4, 6), grad=fn is _checkpointed)
+
+
+def test_the_graph_may_begin_with_the_draws_it_moves():
+    # The first node was the first draw: new nodes went before an erased node.
+    torch.manual_seed(0)
+    backend = _compiled_matches_eager(
+        lambda x: F.dropout(x, 0.3) + F.dropout(x, 0.5), torch.randn(4, 6)
+    )
+    _one_partition_per_graph(backend)
+
+
+def test_like_draws_keep_their_own_dtype_and_device():
+    # rand_like(x, dtype=...) raised TypeError (the stand-in's dtype given twice).
+    def fn(x):
+        noise = torch.rand_like(x, dtype=torch.float64) + torch.randn_like(x, device="cpu")
+        return x * 2 + noise + torch.randint_like(x, 0, 5, dtype=torch.float64)
+
+    torch.manual_seed(0)
+    backend = _compiled_matches_eager(fn, torch.randn(4, 6), grad=False)
+    _one_partition_per_graph(backend)
+
+
+def test_dropout_of_an_empty_tensor():
+    # Eager's mask of no elements is float32; the fake one bool: the session refused it.
+    torch.manual_seed(0)
+    _compiled_matches_eager(lambda x: F.dropout(x * 2, 0.3) + 1, torch.randn(0, 6))
+
+
 def test_dropout_with_symbolic_sizes_is_drawn_first_too():
     torch.manual_seed(0)
     backend = _compiled_matches_eager(

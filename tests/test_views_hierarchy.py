@@ -119,12 +119,16 @@ def test_expanding_a_folded_block_splits_the_fold_around_it(stack):
 
 
 def test_a_node_moved_to_the_start_does_not_move_its_module():
-    # A random draw of block m2 made at the start of the graph (see the backend's _rng):
-    # the blocks keep the order of their middle nodes, m0 m1 m2 m3.
-    def item(m: int, i: int) -> _items.Item:
-        return _items.Item(f"n{m}_{i}", f"n{m}_{i}", "aten.relu", "op", (f"m{m}",), ("M",))
+    # A random draw of block m2 made at the start of the graph (see the backend's _rng;
+    # it reads no other node): the blocks keep the order of their first node that
+    # reads one, m0 m1 m2 m3. A module used twice (m0 again at the end) stays first.
+    def item(m: int, i: int, reads: tuple[str, ...] = ("x",)) -> _items.Item:
+        return _items.Item(
+            f"n{m}_{i}", f"n{m}_{i}", "aten.relu", "op", (f"m{m}",), ("M",), reads
+        )
 
-    items = [item(2, 0)] + [item(m, i) for m in range(4) for i in range(1, 5)]
+    items = [item(2, 0, reads=())] + [item(m, i) for m in range(4) for i in range(1, 5)]
+    items.append(item(0, 9))
     tree = _hierarchy.Tree(items)
     assert [c.label for c in tree.root.children] == ["m0", "m1", "m2", "m3"]
 

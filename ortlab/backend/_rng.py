@@ -29,7 +29,9 @@ partition.
 # ``native_dropout``'s mask), which become a stand-in of that layout (CPU tensors only:
 # CUDA's kernels may draw differently for another pointer). Draws keep their
 # order: the first draw that cannot move (``bernoulli`` of probabilities computed in the
-# graph) stops the moves, and it and every draw after it stay where they are.
+# graph), or the first call that may draw inside (a higher-order op: activation
+# checkpointing's ``run_and_save_rng_state``, ``cond``), stops the moves, and every draw
+# after it stays where it is.
 """
 
 from __future__ import annotations
@@ -133,19 +135,20 @@ def dropout_mask(
 ) -> torch.Tensor:
     """The mask ``native_dropout(x, p, True)`` draws for an ``x`` of this layout."""
     stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    return aten.native_dropout.default(stand_in, p, True)[1]
+    mask = aten.native_dropout.default(stand_in, p, True)[1]
+    # (bool, as its fake tensor says: of an empty tensor eager returns a float mask)
+    return mask if mask.dtype == torch.bool else mask.to(torch.bool)
 
 
 def draw_like(
     op: Any,
-    size: tuple[int, ...],
-    stride: tuple[int, ...],
-    dtype: torch.dtype,
-    device: torch.device,
+    layout: tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device],
     *args: Any,
     **kwargs: Any,
 ) -> torch.Tensor:
-    """``op(x, *args, **kwargs)`` for an ``x`` of this layout (``op`` reads only that)."""
+    """``op(x, *args, **kwargs)`` for an ``x`` of this ``(size, stride, dtype,
+    device)`` (``op`` reads only that)."""
+    size, stride, dtype, device = layout
     stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
     return op(stand_in, *args, **kwargs)
 
@@ -160,8 +163,26 @@ class _Start:
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
-        self.start = next(n for n in graph.nodes if n.op != "placeholder")
+        # New nodes go before the first node this pass never erases (not a draw, nor a
+        # getitem of one): the graph may begin with the draw it moves first.
+        self.start = next(
+            n
+            for n in graph.nodes
+            if n.op != "placeholder"
+            and not is_random(n)
+            and not (n.target is operator.getitem and is_random(n.args[0]))
+        )
         self._sizes = _sizes.emitter(graph, self.start)
+        self._before_start: set[torch.fx.Node] = set()
+        for node in graph.nodes:
+            if node is self.start:
+                break
+            self._before_start.add(node)
+
+    def where(self, node: torch.fx.Node) -> torch.fx.Node:
+        """Where a computation that replaces ``node`` and reads a draw goes: before
+        ``node``, or before the start when ``node`` is among the graph's first draws."""
+        return self.start if node in self._before_start else node
 
     def size(self, value: Any) -> Any:
         if isinstance(value, int):
@@ -203,6 +224,18 @@ class _Start:
         node.meta = {k: v for k, v in origin.meta.items() if k != "tensor_meta"}
         return node
 
+    def take_name(self, node: torch.fx.Node, name: str) -> torch.fx.Node:
+        """``node`` again, under the name of the node it replaced (erased by now; FX may
+        add a suffix), so the lab shows ``rand_like`` where the graph had it."""
+        with self.graph.inserting_after(node):
+            named = self.graph.create_node(
+                "call_function", node.target, node.args, node.kwargs, name=name
+            )
+        named.meta = node.meta
+        node.replace_all_uses_with(named)
+        self.graph.erase_node(node)
+        return named
+
 
 def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The graph with its random draws made at its start (see the module's NOTE): a
@@ -214,7 +247,11 @@ def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     at_start = _Start(graph)
     moved = 0
     for node in list(graph.nodes):
-        if not is_random(node) or _made_here(node):
+        if _made_here(node):
+            continue
+        if _may_draw_inside(node):
+            break  # a nested graph may draw: later draws stay behind it
+        if not is_random(node):
             continue
         if not _draw_first(at_start, node):
             break  # later draws keep their place behind it: the order of draws holds
@@ -231,6 +268,15 @@ def _made_here(node: torch.fx.Node) -> bool:
     return node.target in (dropout_mask, draw_like)
 
 
+def _may_draw_inside(node: torch.fx.Node) -> bool:
+    """A call whose draws this pass cannot see: a higher-order op (activation
+    checkpointing's ``run_and_save_rng_state``, ``cond``, ``invoke_subgraph``) or a
+    submodule."""
+    if node.op == "call_module":
+        return True
+    return node.op == "call_function" and _torch_private.is_higher_order_op(node.target)
+
+
 def _draw_first(at_start: _Start, node: torch.fx.Node) -> bool:
     """Makes ``node``'s draw at the start of the graph; ``False`` (nothing changed) when
     it reads something computed in the graph."""
@@ -244,7 +290,9 @@ def _draw_first(at_start: _Start, node: torch.fx.Node) -> bool:
             return False
         draw = at_start.node(node, node.target, args, zip(node.kwargs, kwargs))
         node.replace_all_uses_with(draw)
+        name = node.name
         at_start.graph.erase_node(node)
+        at_start.take_name(draw, name)
         return True
     layout = at_start.layout(node.args[position])
     ok, rest = at_start.arg(node.args[position + 1 :])
@@ -254,10 +302,12 @@ def _draw_first(at_start: _Start, node: torch.fx.Node) -> bool:
     if node.target is _DROPOUT:
         return _dropout_first(at_start, node, layout)
     draw = at_start.node(
-        node, draw_like, (node.target, *layout, *rest), zip(node.kwargs, kwargs)
+        node, draw_like, (node.target, layout, *rest), zip(node.kwargs, kwargs)
     )
     node.replace_all_uses_with(draw)
+    name = node.name
     at_start.graph.erase_node(node)
+    at_start.take_name(draw, name)
     return True
 
 
@@ -275,7 +325,7 @@ def _dropout_first(at_start: _Start, node: torch.fx.Node, layout: tuple[Any, ...
     mask = at_start.node(node, dropout_mask, (*layout, p), {})
     mask.meta["val"] = node.meta["val"][1]
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    with graph.inserting_before(node):
+    with graph.inserting_before(at_start.where(node)):
         as_dtype = _rewrites.add_node(
             graph, node, aten._to_copy.default, (mask,), {"dtype": layout[2]}
         )
@@ -284,5 +334,7 @@ def _dropout_first(at_start: _Start, node: torch.fx.Node, layout: tuple[Any, ...
     for user in list(node.users):
         user.replace_all_uses_with(out if user.args[1] == 0 else mask)
         graph.erase_node(user)
+    name = node.name
     graph.erase_node(node)
+    at_start.take_name(mask, name)
     return True

@@ -46,9 +46,9 @@ class Module:
         label: Its path relative to its parent (``layer.0``).
         cls: Its class name (``BertLayer``), ``""`` when unknown.
         parent: The module holding it (``None`` for the root).
-        children: Its submodules, in the order of their middle node (a node the backend
-            moved, such as a random draw made at the start of the graph, does not move
-            its module).
+        children: Its submodules, in the order of their first node that reads another
+            (a random draw the backend makes at the start of the graph does not move its
+            module).
         items: The items directly in it (not in a submodule).
         ops: Op counts of every op below it.
         groups: Ops per partition below it (FX views).
@@ -116,17 +116,22 @@ def _digest(*parts: object) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()
 
 
-def _order_children(module: Module, position: dict[str, int]) -> list[int]:
-    """Sorts the children of ``module`` and below by the median position of their items;
-    returns the positions under ``module``, sorted."""
-    below = [position[i.key] for i in module.items]
+def _order_children(module: Module, position: dict[str, int]) -> tuple[int, int]:
+    """Sorts the children of ``module`` and below by their first node that reads another
+    (a node that reads none, such as a random draw the backend makes at the start of the
+    graph, does not move its module); returns that position and the first position under
+    ``module``."""
+    reading = [position[i.key] for i in module.items if i.inputs]
+    first = [position[i.key] for i in module.items]
     keys = {}
     for child in module.children:
-        positions = _order_children(child, position)
-        keys[child.path] = positions[len(positions) // 2] if positions else 0
-        below.extend(positions)
+        child_reading, child_first = _order_children(child, position)
+        keys[child.path] = child_reading
+        reading.append(child_reading)
+        first.append(child_first)
     module.children.sort(key=lambda c: keys[c.path])
-    return sorted(below)
+    lowest = min(first, default=0)
+    return min((r for r in reading if r >= 0), default=lowest), lowest
 
 
 class Tree:
