@@ -19,9 +19,9 @@ kernel for the narrow type.
 # it does not (mul, div: a float16 kernel would round it, so those compute in float32
 # too). Elementwise ops give PyTorch's bits; reductions and matrix products may
 # differ by the rounding of a different summation order, as any two float32 kernels do.
-# PyTorch's flash attention rounds its probabilities to the narrow type before the
-# second product, where the float32 spelling keeps them: a little more accurate than
-# eager, not equal to it.
+# Attention is spelled out as the math version (``_torch_private.attention_as_math``),
+# which rounds its intermediates to the narrow type op by op: further from float64
+# than PyTorch's CPU flash kernel (output 1.8x, measured), not equal to it.
 #
 # float16 is computed in float32 whatever the table says. ONNX Runtime's CPU provider
 # has few float16 kernels either, but it does not refuse such a node: at session
