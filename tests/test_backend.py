@@ -29,6 +29,28 @@ def test_compile_helper_leaves_the_model_copyable_and_isolates_recompiles():
             assert c.ortlab_backend.execution_count == 1
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_compiled_model_can_be_copied_and_the_copy_compiles_anew(how):
+    # deepcopy and pickle raised (a lock in the backend, a closure in its tracing config).
+    import pickle
+
+    model = Net().eval()
+    compiled = ortlab.compile(model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled(x)
+        again = (
+            copy.deepcopy(compiled)
+            if how == "deepcopy"
+            else pickle.loads(pickle.dumps(compiled))
+        )
+        torch.testing.assert_close(again(x), model(x))
+    backend = ortlab.backend_of(again)  # a new backend, same options, its own records
+    assert backend is not compiled.ortlab_backend
+    assert backend.options == compiled.ortlab_backend.options
+    assert [p.run_count for p in backend.partitions] == [1]
+
+
 def test_compile_helper_attaches_its_backend():
     compiled = ortlab.compile(lambda x: x.cos(), preallocate_output=True)
     compiled(torch.randn(2))

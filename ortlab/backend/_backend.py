@@ -183,6 +183,12 @@ class OrtBackend:
         """What ortlab saw about how the compiled callable is used that costs the user
         its compilation (each once), e.g. :data:`GENERATE_NOTE`."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy (``copy.deepcopy``, ``pickle``) of a backend, or of a model compiled
+        with it, is a new backend with the same options: its records and sessions are
+        this process's, and the copy compiles anew."""
+        return (type(self), (self._options,))
+
     # -- public --------------------------------------------------------------------
     @property
     def options(self) -> _options.OrtBackendOptions:

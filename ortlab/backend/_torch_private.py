@@ -1082,17 +1082,27 @@ def tensorify_python_scalars(graph_module: torch.fx.GraphModule, fake_mode: Any)
     )
 
 
+@functools.cache
+def _closure_patcher(config: tuple[tuple[str, Any], ...]) -> Callable[[], Callable[[], None]]:
+    """Dynamo's closure patcher for this config, made once per config."""
+    return torch._dynamo.config._make_closure_patcher(**dict(config))
+
+
 class _TracingConfig:
     """Dynamo enters a backend's ``backend_ctx_ctor()`` around every call of a callable
     compiled for it, and traces new frames inside: the place for config that must hold
     while tracing. The closure patcher is Dynamo's own for ``dynamic=True`` (~2 µs a call;
     ``config.patch`` costs ~13)."""
 
-    __slots__ = ("_change", "_revert")
+    __slots__ = ("_change", "_config", "_revert")
 
-    def __init__(self, change: Callable[[], Callable[[], None]]) -> None:
-        self._change = change
+    def __init__(self, config: tuple[tuple[str, Any], ...]) -> None:
+        self._config = config
+        self._change = _closure_patcher(config)
         self._revert: Callable[[], None] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._config,))  # the patcher is a closure: made again
 
     def __enter__(self) -> None:
         self._revert = self._change()
@@ -1111,10 +1121,18 @@ class _BackendWithTracingConfig:
     it from the backend it is given.)"""
 
     def __init__(self, backend: Callable[..., Any], config: dict[str, Any]) -> None:
-        change = torch._dynamo.config._make_closure_patcher(**config)
+        # (Only picklable state: torch copies this object's __dict__ onto the function it
+        # wraps the backend in, and a copied compiled module pickles that function.)
+        self._config = tuple(sorted(config.items()))
         self._torchdynamo_orig_backend = backend  # what dynamo_backend_of follows
         self.__name__ = getattr(backend, "__name__", type(backend).__name__)
-        self.backend_ctx_ctor = lambda: _TracingConfig(change)
+        # An attribute, not a method: torch's wrapper takes it from this __dict__.
+        self.backend_ctx_ctor = functools.partial(_TracingConfig, self._config)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A compiled module is copied (deepcopy, pickle) with its backend: the same
+        # backend and config.
+        return (type(self), (self._torchdynamo_orig_backend, dict(self._config)))
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Any) -> Any:
         return self._torchdynamo_orig_backend(graph_module, example_inputs)
