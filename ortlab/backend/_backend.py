@@ -184,9 +184,8 @@ class OrtBackend:
         its compilation (each once), e.g. :data:`GENERATE_NOTE`."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """A copy (``copy.deepcopy``, ``pickle``) of a backend, or of a model compiled
-        with it, is a new backend with the same options: its records and sessions are
-        this process's, and the copy compiles anew."""
+        """A copy (deepcopy, pickle) of a backend, or of a model compiled with it, is a
+        new backend with the same options, which compiles anew."""
         return (type(self), (self._options,))
 
     # -- public --------------------------------------------------------------------
