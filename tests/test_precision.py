@@ -244,3 +244,29 @@ def test_a_number_meets_a_narrow_tensor_rounded_where_pytorch_rounds_it(dtype):
     for got, expected in zip(compiled(x), f(x), strict=True):
         assert torch.equal(got, expected)
     assert not compiled.ortlab_backend.graphs[0].eager_node_names
+
+
+def test_bfloat16_grouped_mm_stays_bfloat16_in_pytorch_and_the_rest_runs():
+    # transformers' MoE experts call _grouped_mm in bfloat16 on CPU (Qwen2-MoE, Mixtral,
+    # DeepSeek-V3). Widened to float32 like the ops around it, its meta function (bfloat16
+    # only) failed the whole graph: every graph of those models ran in PyTorch.
+    def f(x, w, offs):
+        return torch.relu(torch.nn.functional.grouped_mm(x * 2.0, w, offs=offs)) + 1.0
+
+    torch.manual_seed(0)
+    x, w = (
+        torch.randn(8, 16, dtype=torch.bfloat16),
+        torch.randn(2, 16, 32, dtype=torch.bfloat16),
+    )
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    backend = ortlab.OrtBackend()
+    with torch.no_grad():
+        out = torch.compile(f, backend=backend)(x, w, offs)
+    torch.testing.assert_close(out, f(x, w, offs))
+    (graph,) = backend.graphs
+    assert graph.error is None
+    left = [graph.verdict(n) for n in graph.eager_node_names]
+    assert [(v.target, v.rule) for v in left] == [
+        ("aten._grouped_mm.default", "wrong-translation")
+    ]
+    assert len(graph.partitions) == 2 and all(p.run_count == 1 for p in graph.partitions)

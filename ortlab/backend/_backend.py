@@ -263,7 +263,7 @@ class OrtBackend:
         # NaN through max-like ops as PyTorch propagates it (see _nan).
         graph_module = _nan.for_onnx(graph_module)
         # Narrow floats on CPU computed in float32 where ONNX Runtime has no kernel.
-        graph_module = _precision.for_onnx(graph_module)
+        graph_module = _precision.for_onnx(graph_module, context.translated.is_registered)
         # The partitioner rewrites the graph in place: work on a copy so the record keeps
         # the graph exactly as received.
         work = _export.copy_graph_module(graph_module)

@@ -46,6 +46,7 @@ kernel for the narrow type.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -70,18 +71,27 @@ _CONVERSIONS = frozenset(
 """Ops that move or convert values and never need arithmetic kernels."""
 
 
-def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def _everything(target: Any) -> bool:
+    return True
+
+
+def for_onnx(
+    graph_module: torch.fx.GraphModule, translated: Callable[[Any], bool] = _everything
+) -> torch.fx.GraphModule:
     """The graph with its narrow-float arithmetic in float32 where ONNX Runtime lacks the
-    kernel: a rewritten copy, or ``graph_module`` itself when no node needs it."""
+    kernel: a rewritten copy, or ``graph_module`` itself when no node needs it. Ops
+    ``translated`` says have no translation run in PyTorch as they are."""
     kept = frozenset(_support.input_alias_outputs(graph_module))
-    if not any(_narrow_without_kernel(n, kept) for n in graph_module.graph.nodes):
+    if not any(_narrow_without_kernel(n, kept, translated) for n in graph_module.graph.nodes):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
-    compute_in_float32(rewritten)
+    compute_in_float32(rewritten, translated)
     return rewritten
 
 
-def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
+def compute_in_float32(
+    graph_module: torch.fx.GraphModule, translated: Callable[[Any], bool] = _everything
+) -> int:
     """Rewrites, in place, every CPU node that computes in bfloat16 or float16 without a
     verified ONNX Runtime kernel for it into the same op in float32 between casts (see
     the module's NOTE); returns how many nodes changed."""
@@ -90,7 +100,7 @@ def compute_in_float32(graph_module: torch.fx.GraphModule) -> int:
     widened: dict[torch.fx.Node, torch.fx.Node] = {}
     changed = 0
     for node in list(graph.nodes):
-        if not _narrow_without_kernel(node, kept):
+        if not _narrow_without_kernel(node, kept, translated):
             continue
         _round_numbers(graph, node)
         node.args, node.kwargs = torch.fx.node.map_arg(
@@ -161,12 +171,18 @@ def _round_numbers(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     node.args = tuple(rounded(a) for a in node.args[:2]) + tuple(node.args[2:])
 
 
-def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
+def _narrow_without_kernel(
+    node: torch.fx.Node, kept: frozenset[str], translated: Callable[[Any], bool]
+) -> bool:
     """Whether the node computes in a narrow type on CPU, without a verified kernel, and
-    may be computed in float32 (``kept``: the views that return a graph input)."""
+    may be computed in float32 (``kept``: the views that return a graph input). An op
+    without a translation stays in PyTorch, in its own dtype, and so do the ops of
+    :data:`_NARROW_ONLY`."""
     if node.op != "call_function" or not _torch_private.is_op_overload(node.target):
         return False
     target = node.target
+    if not translated(target) or getattr(target, "overloadpacket", None) in _NARROW_ONLY:
+        return False
     if target in _CONVERSIONS or node.name in kept or not _computes_values(node):
         return False
     seeded = torch.Tag.nondeterministic_seeded in target.tags
@@ -186,6 +202,10 @@ def _narrow_without_kernel(node: torch.fx.Node, kept: frozenset[str]) -> bool:
         return True  # ONNX Runtime's float16 "kernels" drop roundings in a chain (NOTE)
     return _conformance.lookup_node(node, _support.target_text(target)).status != "verified"
 
+
+_NARROW_ONLY = frozenset({_aten._grouped_mm})
+"""Ops whose kernels (and meta functions) take the narrow type only: widened, bfloat16
+MoE models' expert products (``_grouped_mm``) failed their whole graph."""
 
 _MOVES = frozenset(
     {

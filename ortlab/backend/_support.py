@@ -400,6 +400,12 @@ _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
         lambda node: _schema_arg(node, "reduce") == "mean",
         "its translation keeps the last value written at a repeated index, not the mean",
     ),
+    # bfloat16 MoE experts (transformers' Qwen2-MoE, Mixtral, DeepSeek-V3 on CPU).
+    torch.ops.aten._grouped_mm.default: (
+        lambda node: True,
+        "its translation fails to convert (ConversionError), so the partition was split "
+        "with a FallbackWarning on every compile",
+    ),
 }
 """Translations known to give wrong numbers for some arguments, found by running
 workflows against eager (the conformance samples missed these arguments or dtypes):
