@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ortlab.backend import _conformance, _export, _rewrites, _support, _torch_private
+from ortlab.backend import _conformance, _export, _rewrites, _rng, _support, _torch_private
 
 NARROW = (torch.bfloat16, torch.float16)
 """The dtypes computed in float32 where ONNX Runtime has no kernel for them."""
@@ -185,8 +185,7 @@ def _narrow_without_kernel(
         return False
     if target in _CONVERSIONS or node.name in kept or not _computes_values(node):
         return False
-    seeded = torch.Tag.nondeterministic_seeded in target.tags
-    if seeded and "scaled_dot_product" not in target.__name__:  # random: stays in PyTorch
+    if _rng.is_random(node):  # stays in PyTorch
         return False
     values = [_rewrites.fake_value(a) for a in node.all_input_nodes]
     if target in _FACTORIES or target in _LIKE_FACTORIES:  # the dtype it makes says

@@ -96,20 +96,8 @@ def is_random(node: torch.fx.Node) -> bool:
     ):
         return False
     if "scaled_dot_product" in target.__name__:  # type: ignore[union-attr]
-        return _dropout_p(node) != 0
+        return _torch_private.schema_arg(node, "dropout_p") != 0
     return True
-
-
-def _dropout_p(node: torch.fx.Node) -> Any:
-    schema = node.target._schema  # type: ignore[union-attr]
-    for i, arg in enumerate(schema.arguments):
-        if arg.name == "dropout_p":
-            if arg.name in node.kwargs:
-                return node.kwargs[arg.name]
-            if i < len(node.args) and not arg.kwarg_only:
-                return node.args[i]
-            return arg.default_value
-    return None
 
 
 def drawing_op(node: torch.fx.Node) -> Any:

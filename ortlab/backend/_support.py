@@ -130,20 +130,6 @@ def _is_tensor_result(value: Any) -> bool:
     return False
 
 
-def _schema_arg(node: torch.fx.Node, name: str) -> Any:
-    """The value of the op's schema argument ``name`` (its default when not given;
-    ``None`` when the op has no such argument)."""
-    schema = node.target._schema  # type: ignore[union-attr]
-    for i, arg in enumerate(schema.arguments):
-        if arg.name == name:
-            if arg.name in node.kwargs:
-                return node.kwargs[arg.name]
-            if i < len(node.args) and not arg.kwarg_only:
-                return node.args[i]
-            return arg.default_value if arg.has_default_value() else None
-    return None
-
-
 def _matches_excluded(target: Any, excluded: Iterable[Any]) -> bool:
     """Whether ``target`` is one of ``excluded`` (resolved by the options to ops:
     overloads, packets, or Python callables)."""
@@ -363,7 +349,8 @@ def _float64_rounds(*names: str) -> Callable[[torch.fx.Node], bool]:
         if not results or results[0].dtype != torch.float64:
             return False
         return any(
-            isinstance(v := _schema_arg(node, name), float) and not _dtypes.float32_holds(v)
+            isinstance(v := _torch_private.schema_arg(node, name), float)
+            and not _dtypes.float32_holds(v)
             for name in names
         )
 
@@ -384,11 +371,11 @@ _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
         _FLOAT32_ATTRIBUTES,
     ),
     torch.ops.aten.avg_pool2d.default: (
-        lambda node: _schema_arg(node, "divisor_override") is not None,
+        lambda node: _torch_private.schema_arg(node, "divisor_override") is not None,
         "its translation ignores divisor_override (divides by the window's size)",
     ),
     torch.ops.aten.avg_pool3d.default: (
-        lambda node: _schema_arg(node, "divisor_override") is not None,
+        lambda node: _torch_private.schema_arg(node, "divisor_override") is not None,
         "its translation ignores divisor_override (divides by the window's size)",
     ),
     torch.ops.aten.erfc.default: (
@@ -397,7 +384,7 @@ _WRONG_TRANSLATIONS: dict[Any, tuple[Callable[[torch.fx.Node], bool], str]] = {
         "and 0 from 4 on (eager: erfc(4) = 1.5e-8, erfc(9) = 4.1e-37)",
     ),
     torch.ops.aten.scatter_reduce.two: (
-        lambda node: _schema_arg(node, "reduce") == "mean",
+        lambda node: _torch_private.schema_arg(node, "reduce") == "mean",
         "its translation keeps the last value written at a repeated index, not the mean",
     ),
     # bfloat16 MoE experts (transformers' Qwen2-MoE, Mixtral, DeepSeek-V3 on CPU).
@@ -448,7 +435,7 @@ def _batch_norm_training(node: torch.fx.Node, facts: Facts) -> Decision | None:
     if (
         _is_overload(node)
         and "batch_norm" in node.target.__name__  # type: ignore[union-attr]
-        and _schema_arg(node, "training") is True
+        and _torch_private.schema_arg(node, "training") is True
     ):
         return Decision(
             False,

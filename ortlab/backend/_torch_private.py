@@ -834,6 +834,20 @@ def current_compile_id() -> str | None:
     return None if cid is None else str(cid)
 
 
+def schema_arg(node: torch.fx.Node, name: str) -> Any:
+    """The value of a call's schema argument ``name`` (its default when not given;
+    ``None`` when the op has no such argument)."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == name:
+            if arg.name in node.kwargs:
+                return node.kwargs[arg.name]
+            if i < len(node.args) and not arg.kwarg_only:
+                return node.args[i]
+            return arg.default_value if arg.has_default_value() else None
+    return None
+
+
 def is_higher_order_op(target: Any) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
