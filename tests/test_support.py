@@ -221,6 +221,38 @@ def test_verified_translations_say_so_and_unsampled_forms_say_not_verified(regis
     )
 
 
+def test_a_kernel_missing_on_the_cpu_rejects_only_nodes_on_the_cpu(registry):
+    """The conformance suite runs on ONNX Runtime's CPU provider, which has few bfloat16
+    kernels. A missing kernel there said nothing of CUDA, whose provider has them: 102
+    nodes of a Llama trained under CUDA bfloat16 autocast ran in PyTorch, in 26 forward
+    partitions. Traced on fake CUDA tensors (no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    table = _table(
+        "aten.mm.default",
+        "bfloat16/contiguous",
+        status="fails",
+        reason="SessionError: onnxruntime refused the model (NotImplemented: "
+        "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
+        "MatMul(13) node)",
+        samples=4,
+        failures=4,
+        errors_only=True,
+    )
+    with FakeTensorMode():
+        on_cuda = torch.empty(4, 4, dtype=torch.bfloat16, device="cuda")
+    on_cpu = torch.empty(4, 4, dtype=torch.bfloat16)
+    rules = {}
+    for device, x in (("cpu", on_cpu), ("cuda", on_cuda)):
+        verdicts, _ = _verdicts(torch.mm, x, x, registry=registry, conformance=table)
+        (mm,) = [v for v in verdicts.values() if v.target == "aten.mm.default"]
+        rules[device] = (mm.supported, mm.rule, mm.reason)
+    assert rules["cpu"][:2] == (False, "disagrees-with-pytorch")
+    assert rules["cuda"][:2] == (True, "translated")
+    expected = "not verified against PyTorch for bfloat16, contiguous inputs on cuda"
+    assert expected in rules["cuda"][2]
+
+
 def test_a_whole_node_failure_rejects_every_use(registry):
     table = _table(
         "aten.sin.default", "float32/contiguous", status="fails", reason="session refused"

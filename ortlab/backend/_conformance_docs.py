@@ -134,7 +134,8 @@ def markdown(table: _conformance.Table) -> str:
         "### bfloat16",
         "",
         "ONNX Runtime's CPU provider has few bfloat16 kernels (`Could not find an "
-        "implementation for ...`): "
+        "implementation for ...`; a missing CPU kernel rejects only nodes on the CPU: "
+        "CUDA's provider has its own): "
         f"{meta.get('keys_by_dtype', {}).get('bfloat16', {}).get('verified', 0)} "
         "bfloat16 keys are verified.",
         "",

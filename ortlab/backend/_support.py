@@ -514,11 +514,33 @@ _MISSING_KERNEL = ("Could not find an implementation", "NOT_IMPLEMENTED")
 """How ONNX Runtime says it has no kernel for an op and type (true of every input)."""
 
 
+def _missing_kernel(finding: _conformance.Finding) -> bool:
+    return finding.errors_only and any(m in finding.reason for m in _MISSING_KERNEL)
+
+
 def _loud_only(finding: _conformance.Finding) -> bool:
     """Whether a failing finding saw only errors that depend on the sample (a session
     refused for one shape, a run error): where one happens, the partition is split
     around the node; it never returns a wrong number. A missing kernel is not one."""
-    return finding.errors_only and not any(m in finding.reason for m in _MISSING_KERNEL)
+    return finding.errors_only and not _missing_kernel(finding)
+
+
+def _device_off_cpu(node: torch.fx.Node) -> str | None:
+    """The device a node computes on when it is not the CPU (``"cuda"``), else ``None``."""
+    values = _tensors_in(node.meta.get("val"))
+    for arg in node.all_input_nodes:
+        values += _tensors_in(arg.meta.get("val"))
+    return next((v.device.type for v in values if v.device.type != "cpu"), None)
+
+
+def _kernel_missing_on_the_cpu_only(
+    node: torch.fx.Node, finding: _conformance.Finding
+) -> bool:
+    """The conformance suite runs on ONNX Runtime's CPU provider: a kernel missing there
+    (bfloat16 ``MatMul``, ``Sigmoid``, ...) says nothing of a node on CUDA, whose provider
+    has kernels of its own. Such a node runs in ONNX Runtime, not verified; a kernel that
+    provider lacks too gets the partition split around it (``refused-by-onnxruntime``)."""
+    return _missing_kernel(finding) and _device_off_cpu(node) is not None
 
 
 def _disagrees_with_pytorch(node: torch.fx.Node, facts: Facts) -> Decision | None:
@@ -529,6 +551,8 @@ def _disagrees_with_pytorch(node: torch.fx.Node, facts: Facts) -> Decision | Non
     one happens, the partition is split around it (rule ``refused-by-onnxruntime``)."""
     finding = _conformance_finding(node, facts)
     if not finding.fails_for(used_outputs(node)) or _loud_only(finding):
+        return None
+    if _kernel_missing_on_the_cpu_only(node, finding):
         return None
     key = _conformance.node_key(node)
     where = f" for {_conformance.describe_key(key)}" if key else ""
@@ -558,6 +582,14 @@ def _translated(node: torch.fx.Node, facts: Facts) -> Decision | None:
     it runs in ONNX Runtime, and the verdict says it is not verified."""
     what = _conformance.describe_key(_conformance.node_key(node))
     finding = _conformance_finding(node, facts)
+    if finding.status == "fails" and _kernel_missing_on_the_cpu_only(node, finding):
+        return Decision(
+            True,
+            f"translated by the exporter's registry (torchlib); not verified against PyTorch "
+            f"for {what} on {_device_off_cpu(node)} (the conformance suite runs on ONNX "
+            "Runtime's CPU provider, which has no kernel for it): if this provider has "
+            "none either, its partition is split around it",
+        )
     if finding.status == "fails":  # errors only, on some samples (see _loud_only)
         return Decision(
             True,
