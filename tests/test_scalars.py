@@ -240,3 +240,60 @@ def test_numbers_become_cpu_scalars_as_pytorch_wraps_them_on_any_device():
     assert number.kwargs["device"] == torch.device("cpu")
     result = FakeTensorProp(rewritten, mode).propagate(x)
     assert result.device.type == "cuda" and result.shape == (1, 4, 1, 1)
+
+
+_BIG_INT32 = torch.tensor([[2**30, 2**30, 2**30], [5, -7, 9]], dtype=torch.int32)
+_HALVES = torch.full((4, 5000), 0.1, dtype=torch.float16)
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        # transformers' pooling: an integer mask's mean as a float
+        (lambda x: x.mean(-1, dtype=torch.float32), torch.tensor([[1, 0, 2], [3, 4, 4]])),
+        (lambda x: x.mean((0, 1), dtype=torch.float64), torch.tensor([[1, 0], [3, 5]])),
+        (lambda x: x.sum(-1), _BIG_INT32),  # int64 in PyTorch: no wrap at 2**31
+        (lambda x: x.sum(), _BIG_INT32),
+        (lambda x: (x > 2).sum(-1), _BIG_INT32),  # bool
+        (lambda x: x.sum(-1, dtype=torch.float32), _HALVES),  # accumulated in float32
+        (lambda x: x.sum(dtype=torch.float32), _HALVES),
+        (lambda x: torch.softmax(x * 50, -1, dtype=torch.float32), _HALVES[:, :7]),
+        (lambda x: torch.log_softmax(x, 0, torch.float64), _X23),
+    ],
+)
+def test_reductions_compute_in_their_result_dtype(fn, x):
+    """torchlib reduces in the input's dtype and casts the result: the integer mean of
+    [3, 4, 4] came back 3.0, an int32 sum wrapped at 2**31 where PyTorch's int64 does not,
+    a float16 sum of 5000 × 0.1 accumulated in float16. The input is cast first. (On the
+    CPU the lowering casts the sums' inputs already: the means are the ones it left.)"""
+    expected = fn(x)
+    out, graphs = _compiled_graphs(fn, x)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=0)
+    (graph,) = graphs
+    assert not graph.eager_node_names and len(graph.partitions) == 1
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        (lambda x: x.sum(-1, dtype=torch.float32), _HALVES),
+        (lambda x: x.sum(dtype=torch.float32), _HALVES),
+        (lambda x: x.sum(-1), _BIG_INT32),
+        (lambda x: x.mean(-1, dtype=torch.float32), _BIG_INT32),
+    ],
+)
+def test_a_reduction_s_input_is_cast_to_its_result_dtype(fn, x):
+    """The rewrite itself, on the ops as traced without decompositions (a CUDA graph
+    keeps float16 sums: no widening there)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(fn, tracing_mode="fake")(x)
+    (reduction,) = [n for n in gm.graph.nodes if n.target in _scalars._REDUCTIONS_WITH_DTYPE]
+    rewritten = _scalars.for_onnx(gm)
+    (after,) = [n for n in rewritten.graph.nodes if n.target == reduction.target]
+    cast = after.args[0]
+    assert cast.target == torch.ops.aten._to_copy.default
+    assert cast.kwargs["dtype"] == reduction.meta["val"].dtype
+    assert "dtype" not in after.kwargs
+    torch.testing.assert_close(rewritten(x), fn(x), rtol=0, atol=0)

@@ -25,6 +25,16 @@ contract: a rewritten copy, or the graph itself when nothing applies).
 # Rounding integers. ``floor``/``ceil``/``round``/``trunc`` of an integer (or bool) tensor
 # return it unchanged in PyTorch; ONNX's Floor... take floats only. They become a copy.
 #
+# Reductions in their result's dtype. ``x.mean(-1, dtype=torch.float32)`` of an integer
+# tensor, ``x.sum(dtype=...)`` and the sum of an int32 or bool tensor (an int64 result)
+# compute in the result's dtype in PyTorch; torchlib's
+# translations reduce in the input's dtype and cast the result, so an integer mean was
+# truncated (the mean of [3, 4, 4] came back 3.0), an int32 sum wrapped where PyTorch's
+# int64 does not, and a float16 sum accumulated in float16. The input is cast first:
+#
+#   before                                 after
+#   mean.dim(x:i64, [-1], dtype=f32)       mean.dim(_to_copy(x, f32), [-1])
+#
 # int32 indices. PyTorch indexes with int32 tensors as with int64 ones (``x[i]``,
 # ``x[i] = v``, ``index_put``; flex attention's block masks are int32); torchlib passes
 # them to GatherND / ScatterND, which take int64 only, and ONNX Runtime refused the
@@ -55,16 +65,69 @@ def for_onnx(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
         or _rounds_integers(n)
         or _int32_indices(n)
         or _negative_index(n)
+        or _reduces_in_input_dtype(n)
         for n in graph_module.graph.nodes
     ):
         return graph_module
     rewritten = _export.copy_graph_module(graph_module)
+    reductions_in_result_dtype(rewritten)
     explicit_factory_dtypes(rewritten)
     numbers_as_tensors(rewritten)
     integer_rounding_as_copies(rewritten)
     int32_indices_as_int64(rewritten)
     negative_indices_out_of_range(rewritten)
     return rewritten
+
+
+# -- reductions in their result's dtype ---------------------------------------------------
+
+_REDUCTIONS_WITH_DTYPE = frozenset(
+    {
+        torch.ops.aten.mean.dim,
+        torch.ops.aten.sum.default,
+        torch.ops.aten.sum.dim_IntList,
+    }
+)
+"""Ops whose result dtype (``dtype=``, or int64 for an integer sum) PyTorch computes in,
+and whose translation computes in the input's dtype and casts the result."""
+
+
+def _reduces_in_input_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    """The result dtype of a reduction whose input has another (``None`` otherwise)."""
+    if node.op != "call_function" or node.target not in _REDUCTIONS_WITH_DTYPE:
+        return None
+    source, result = (
+        node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None,
+        node.meta.get("val"),
+    )
+    if not (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor)):
+        return None
+    if source.dtype == result.dtype or source.is_complex() or result.is_complex():
+        return None
+    return result.dtype
+
+
+def reductions_in_result_dtype(graph_module: torch.fx.GraphModule) -> int:
+    """Casts the input of each reduction whose result has another dtype to that dtype
+    and drops its ``dtype`` argument, in place (PyTorch computes in the result's dtype);
+    returns how many nodes changed."""
+    graph = graph_module.graph
+    changed = 0
+    for node in list(graph.nodes):
+        dtype = _reduces_in_input_dtype(node)
+        if dtype is None:
+            continue
+        with graph.inserting_before(node):
+            cast = _rewrites.add_node(
+                graph, node, torch.ops.aten._to_copy.default, (node.args[0],), {"dtype": dtype}
+            )
+        node.args = (cast, *node.args[1:])
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
+        changed += 1
+    if changed:
+        graph.lint()
+        graph_module.recompile()
+    return changed
 
 
 # -- int32 indices --------------------------------------------------------------------------
