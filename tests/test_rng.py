@@ -28,24 +28,29 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _run(fn, inputs, grad: bool):
+    """Output, input gradients and the generator's state after (what a later draw
+    of the user's reads)."""
     copies = [x.detach().clone().requires_grad_(grad) for x in inputs]
     torch.manual_seed(SEED)
     out = fn(*copies)
     if grad:
         out.float().sum().backward()
-        return out.detach(), [x.grad for x in copies]
-    return out, []
+        return out.detach(), [x.grad for x in copies], torch.get_rng_state()
+    return out, [], torch.get_rng_state()
 
 
-def _compiled_matches_eager(fn, *inputs, grad=True, dynamic=None) -> ortlab.OrtBackend:
+def _compiled_matches_eager(
+    fn, *inputs, grad=True, dynamic=None, same_state=True
+) -> ortlab.OrtBackend:
     backend = ortlab.OrtBackend()
     compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
-    expected, expected_grads = _run(fn, inputs, grad)
+    expected, expected_grads, expected_state = _run(fn, inputs, grad)
     for _ in range(2):  # the first call compiles; both must draw what eager draws
-        out, grads = _run(compiled, inputs, grad)
+        out, grads, state = _run(compiled, inputs, grad)
         assert _bits_equal(out, expected)
         for g, e in zip(grads, expected_grads, strict=True):
             assert _bits_equal(g, e)
+        assert torch.equal(state, expected_state) or not same_state
     return backend
 
 
@@ -108,7 +113,9 @@ CASES = {
 def test_draws_are_eagers_and_the_graph_stays_whole(name):
     fn, shape = CASES[name]
     torch.manual_seed(0)
-    backend = _compiled_matches_eager(fn, torch.randn(shape))
+    # F.dropout(x, 1.0) draws nothing in eager; torch's lowering makes it a
+    # native_dropout, which draws (aot_eager's generator moves on too): values agree.
+    backend = _compiled_matches_eager(fn, torch.randn(shape), same_state=name != "dropout p=1")
     _one_partition_per_graph(backend)
     left = _left_in_pytorch(backend)
     assert left and all(rule == "random" for _, _, rule in left), left
@@ -168,12 +175,47 @@ def _cond(x):
     return y + torch.rand_like(x)
 
 
-@pytest.mark.parametrize("fn", [_checkpointed, _cond], ids=["checkpoint", "cond"])
-def test_draws_after_a_nested_graph_that_draws_stay_behind_it(fn):
-    # Activation checkpointing (run_and_save_rng_state) and cond draw inside their own
-    # graphs: a draw after them moved in front of them drew the other's numbers.
+def test_draws_after_a_nested_graph_that_draws_stay_behind_it():
+    # cond draws inside its own graphs: a draw after it moved in front of it drew the
+    # other's numbers.
     torch.manual_seed(0)
-    _compiled_matches_eager(fn, torch.randn(4, 6), grad=fn is _checkpointed)
+    _compiled_matches_eager(_cond, torch.randn(4, 6), grad=False)
+
+
+def _checkpointed_blocks(x):
+    from torch.utils.checkpoint import checkpoint
+
+    def block(t):
+        return t + F.dropout(torch.relu(F.dropout(t * 2, 0.3)) * 3, 0.2)
+
+    for _ in range(3):
+        x = checkpoint(block, x, use_reentrant=False)
+    return x
+
+
+@pytest.mark.parametrize("fn", [_checkpointed, _checkpointed_blocks])
+def test_checkpointed_dropout_is_drawn_first_in_the_forward_and_the_recompute(fn):
+    # Activation checkpointing wraps each dropout of a block in run_and_save_rng_state
+    # (forward) and run_with_rng_state (the backward's recompute): both stayed in
+    # PyTorch between partitions (three blocks: 7 forward and 3 backward partitions).
+    # The forward's draw keeps its place among the draws, with the state it saves; the
+    # recompute draws from that state and leaves the generator as it was.
+    torch.manual_seed(0)
+    backend = _compiled_matches_eager(fn, torch.randn(4, 6))
+    _one_partition_per_graph(backend)
+    kinds = {g.kind: g for g in backend.graphs}
+    made = {
+        kind: sorted(
+            {n.target.__name__ for n in g.graph_module.graph.nodes if _rng.is_random(n)}
+        )
+        for kind, g in kinds.items()
+    }
+    assert made == {
+        "forward": ["dropout_mask", "dropout_mask_saving_state"]
+        if fn is _checkpointed
+        else ["dropout_mask_saving_state"],
+        "backward": ["dropout_mask_from_state"],
+    }
 
 
 def test_the_graph_may_begin_with_the_draws_it_moves():
@@ -266,3 +308,39 @@ def test_bert_trains_with_its_default_dropout_in_one_partition_per_graph():
     forward = next(g for g in backend.graphs if g.kind == "forward")
     drawn = [v.target for v in forward.verdicts if v.rule == "random"]
     assert drawn == ["aten.native_dropout.default"] * 5
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_bert_trains_with_checkpointing_and_dropout_in_one_partition_per_graph(reentrant):
+    # transformers' gradient_checkpointing_enable with the default dropout: 7 forward and
+    # 7 backward partitions of a 2-layer BERT, the checkpointed dropouts between them.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config).train()
+    model.gradient_checkpointing_enable({"use_reentrant": reentrant})
+    eager = copy.deepcopy(model)
+    backend = ortlab.OrtBackend()
+    compiled = torch.compile(model, backend=backend)
+    ids = torch.randint(0, 128, (4, 16))
+    labels = torch.tensor([0, 1, 2, 1])
+    for step in range(2):
+        torch.manual_seed(SEED + step)
+        loss = compiled(input_ids=ids, labels=labels).loss
+        loss.backward()
+        state = torch.get_rng_state()
+        torch.manual_seed(SEED + step)
+        expected = eager(input_ids=ids, labels=labels).loss
+        expected.backward()
+        assert torch.equal(state, torch.get_rng_state())
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    _one_partition_per_graph(backend)

@@ -603,3 +603,15 @@ def test_legacy_reduction_reads_size_average_and_reduce_as_torch_does():
     assert _torch_private.legacy_reduction(None, None) == "mean"
     assert _torch_private.legacy_reduction(False, None) == "sum"
     assert _torch_private.legacy_reduction(None, False) == "none"
+
+
+def test_rng_state_ops_are_the_checkpointing_higher_order_ops():
+    save, replay = _torch_private.rng_state_ops()
+    assert _torch_private.is_higher_order_op(save) and save.name() == "run_and_save_rng_state"
+    assert _torch_private.is_higher_order_op(replay) and replay.name() == "run_with_rng_state"
+    x = torch.randn(8)
+    torch.manual_seed(0)
+    state, (_, mask) = save(torch.ops.aten.native_dropout.default, x, 0.5, True)
+    after = torch.get_rng_state()
+    again = replay(state, torch.ops.aten.native_dropout.default, x, 0.5, True)
+    assert torch.equal(again[1], mask) and torch.equal(torch.get_rng_state(), after)

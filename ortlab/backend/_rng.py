@@ -29,13 +29,21 @@ partition.
 # ``native_dropout``'s mask), which become a stand-in of that layout (CPU tensors only:
 # CUDA's kernels may draw differently for another pointer). Draws keep their
 # order: the first draw that cannot move (``bernoulli`` of probabilities computed in the
-# graph), or the first call that may draw inside (a higher-order op: activation
-# checkpointing's ``run_and_save_rng_state``, ``cond``), stops the moves, and every draw
-# after it stays where it is.
+# graph), or the first call that may draw inside (a higher-order op such as ``cond``),
+# stops the moves, and every draw after it stays where it is.
+#
+# Activation checkpointing wraps each dropout of a checkpointed block in a higher-order
+# op: the forward runs ``run_and_save_rng_state(native_dropout, x, p, True)`` (the
+# generator's state, then the draw), the backward's recompute
+# ``run_with_rng_state(state, native_dropout, x, p, True)`` (the same draw from that
+# state; the generator is restored after). Both move like a dropout: their mask is drawn
+# at the start from a stand-in, the forward's with the state it saved, and the output
+# is rebuilt where it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -87,7 +95,7 @@ def is_random(node: torch.fx.Node) -> bool:
     module made."""
     if node.op != "call_function":
         return False
-    if node.target in (dropout_mask, draw_like):
+    if node.target in _MADE_HERE or _checkpointed_dropout(node):
         return True
     target = node.target
     if not (
@@ -104,7 +112,7 @@ def drawing_op(node: torch.fx.Node) -> Any:
     """The ATen op a draw this module made runs (``None`` for any other node)."""
     if node.op != "call_function":
         return None
-    if node.target is dropout_mask:
+    if node.target in (dropout_mask, dropout_mask_saving_state, dropout_mask_from_state):
         return _DROPOUT
     if node.target is draw_like:
         return node.args[0]
@@ -139,6 +147,54 @@ def draw_like(
     size, stride, dtype, device = layout
     stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
     return op(stand_in, *args, **kwargs)
+
+
+def dropout_mask_saving_state(
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    p: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(state, mask)``: the generator's state and the mask that activation
+    checkpointing's ``run_and_save_rng_state(native_dropout, x, p, True)`` gives for an
+    ``x`` of this layout."""
+    save, _ = _torch_private.rng_state_ops()
+    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    state, (_, mask) = save(_DROPOUT, stand_in, p, True)
+    return state, mask
+
+
+def dropout_mask_from_state(
+    state: torch.Tensor,
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    p: float,
+) -> torch.Tensor:
+    """The mask ``run_with_rng_state(state, native_dropout, x, p, True)`` draws for an
+    ``x`` of this layout (the generator is left as it was)."""
+    _, replay = _torch_private.rng_state_ops()
+    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return replay(state, _DROPOUT, stand_in, p, True)[1]
+
+
+_MADE_HERE = (dropout_mask, draw_like, dropout_mask_saving_state, dropout_mask_from_state)
+"""The draws this module makes at the start of a graph."""
+
+
+def _checkpointed_dropout(node: torch.fx.Node) -> str | None:
+    """``"save"`` for ``run_and_save_rng_state(native_dropout, ...)``, ``"replay"`` for
+    ``run_with_rng_state(state, native_dropout, ...)``, else ``None``."""
+    if node.op != "call_function" or not _torch_private.is_higher_order_op(node.target):
+        return None
+    save, replay = _torch_private.rng_state_ops()
+    if node.target is save and node.args and node.args[0] is _DROPOUT:
+        return "save"
+    if node.target is replay and len(node.args) > 1 and node.args[1] is _DROPOUT:
+        return "replay"
+    return None
 
 
 # -- the pass ------------------------------------------------------------------------------
@@ -237,7 +293,7 @@ def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for node in list(graph.nodes):
         if _made_here(node):
             continue
-        if _may_draw_inside(node):
+        if _may_draw_inside(node) and not _checkpointed_dropout(node):
             break  # a nested graph may draw: later draws stay behind it
         if not is_random(node):
             continue
@@ -253,7 +309,7 @@ def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _made_here(node: torch.fx.Node) -> bool:
-    return node.target in (dropout_mask, draw_like)
+    return node.target in _MADE_HERE
 
 
 def _may_draw_inside(node: torch.fx.Node) -> bool:
@@ -270,6 +326,8 @@ def _draw_first(at_start: _Start, node: torch.fx.Node) -> bool:
     it reads something computed in the graph."""
     if node.kwargs.get("generator") is not None:
         return False
+    if _checkpointed_dropout(node):
+        return _checkpointed_dropout_first(at_start, node)
     position = _LAYOUT_ONLY.get(node.target)
     if position is None or position >= len(node.args):
         ok, args = at_start.arg(node.args)
@@ -309,20 +367,105 @@ def _dropout_first(at_start: _Start, node: torch.fx.Node, layout: tuple[Any, ...
     x, p = node.args[0], node.args[1]
     if not isinstance(p, (int, float)) or not isinstance(x, torch.fx.Node):
         return False
-    graph = at_start.graph
     mask = at_start.node(node, dropout_mask, (*layout, p), {})
     mask.meta["val"] = node.meta["val"][1]
+    _dropped_out(at_start, node, node, x, mask, p, layout[2])
+    name = node.name
+    at_start.graph.erase_node(node)
+    at_start.take_name(mask, name)
+    return True
+
+
+def _dropped_out(
+    at_start: _Start,
+    node: torch.fx.Node,
+    outputs: torch.fx.Node,
+    x: torch.fx.Node,
+    mask: torch.fx.Node,
+    p: float,
+    dtype: torch.dtype,
+) -> None:
+    """Rebuilds a dropout's output from its mask, ``x * (mask.to(dtype) * scale)``, where
+    ``node`` was, and points the ``getitem``s of ``outputs`` (output, mask) at them."""
+    graph = at_start.graph
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
     with graph.inserting_before(at_start.where(node)):
         as_dtype = _rewrites.add_node(
-            graph, node, aten._to_copy.default, (mask,), {"dtype": layout[2]}
+            graph, node, aten._to_copy.default, (mask,), {"dtype": dtype}
         )
         scaled = _rewrites.add_node(graph, node, aten.mul.Tensor, (as_dtype, scale))
         out = _rewrites.add_node(graph, node, aten.mul.Tensor, (x, scaled))
-    for user in list(node.users):
+    for user in list(outputs.users):
         user.replace_all_uses_with(out if user.args[1] == 0 else mask)
         graph.erase_node(user)
+
+
+def _selections(node: torch.fx.Node) -> dict[int, torch.fx.Node] | None:
+    """``node``'s users by the index they select, when every user is a ``getitem``."""
+    chosen: dict[int, torch.fx.Node] = {}
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] in chosen:
+            return None
+        chosen[user.args[1]] = user  # type: ignore[index]
+    return chosen
+
+
+def _mask_value(x: torch.fx.Node, p: float) -> Any:
+    """The fake mask ``native_dropout`` draws for ``x`` (the higher-order ops that wrap
+    it carry no fake value of their own)."""
+    value = x.meta["val"]
+    mode = _torch_private.detect_fake_mode([value])
+    with mode if mode is not None else contextlib.nullcontext():
+        return _DROPOUT(value, p, True)[1]
+
+
+def _checkpointed_dropout_first(at_start: _Start, node: torch.fx.Node) -> bool:
+    """Activation checkpointing's ``run_and_save_rng_state(native_dropout, x, p, True)``
+    -> ``(state, mask)`` drawn at the start, and ``run_with_rng_state(state,
+    native_dropout, x, p, True)`` -> its mask drawn at the start from ``state`` (a graph
+    input of the backward); each output rebuilt where the node was."""
+    kind = _checkpointed_dropout(node)
+    rest = node.args[1:] if kind == "save" else node.args[2:]
+    if len(rest) != 3 or node.kwargs or rest[2] is not True:
+        return False
+    x, p = rest[0], rest[1]
+    if not isinstance(p, (int, float)) or not isinstance(x, torch.fx.Node):
+        return False
+    layout = at_start.layout(x)
+    selected = _selections(node)
+    if layout is None or selected is None:
+        return False
+    graph = at_start.graph
     name = node.name
+    mask_value = _mask_value(x, p)
+    if kind == "replay":
+        ok, state = at_start.arg(node.args[0])
+        if not ok or set(selected) - {0, 1}:
+            return False
+        mask = at_start.node(node, dropout_mask_from_state, (state, *layout, p), {})
+        mask.meta["val"] = mask_value
+        _dropped_out(at_start, node, node, x, mask, p, layout[2])
+        graph.erase_node(node)
+        at_start.take_name(mask, name)
+        return True
+    pair = selected.get(1)
+    inner = _selections(pair) if pair is not None else {}
+    if set(selected) - {0, 1} or inner is None or set(inner) - {0, 1}:
+        return False
+    saved = at_start.node(node, dropout_mask_saving_state, (*layout, p), {})
+    state_value = selected[0].meta.get("val") if 0 in selected else None
+    saved.meta["val"] = (state_value, mask_value)
+    with graph.inserting_after(saved):
+        state = graph.call_function(operator.getitem, (saved, 0))
+        mask = graph.call_function(operator.getitem, (saved, 1))
+    state.meta = {**saved.meta, "val": state_value}
+    mask.meta = {**saved.meta, "val": mask_value}
+    if pair is not None:
+        _dropped_out(at_start, node, pair, x, mask, p, layout[2])
+        graph.erase_node(pair)
+    if 0 in selected:
+        selected[0].replace_all_uses_with(state)
+        graph.erase_node(selected[0])
     graph.erase_node(node)
-    at_start.take_name(mask, name)
+    at_start.take_name(saved, name)
     return True

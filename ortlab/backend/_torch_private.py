@@ -852,6 +852,15 @@ def is_higher_order_op(target: Any) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
 
+def rng_state_ops() -> tuple[Any, Any]:
+    """``(run_and_save_rng_state, run_with_rng_state)``: the higher-order ops activation
+    checkpointing wraps a draw in (the forward saves the generator's state and draws; the
+    recompute in the backward draws again from that state, restoring the generator)."""
+    from torch._prims import rng_prims
+
+    return rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
+
+
 def surely_plain(value: torch.Tensor) -> bool:
     """Whether a (fake) tensor is provably contiguous with storage offset 0, without
     adding a guard on its symbolic sizes (``Tensor.is_contiguous()`` on a symbolic fake
