@@ -244,6 +244,8 @@ def test_numbers_become_cpu_scalars_as_pytorch_wraps_them_on_any_device():
 
 _BIG_INT32 = torch.tensor([[2**30, 2**30, 2**30], [5, -7, 9]], dtype=torch.int32)
 _HALVES = torch.full((4, 5000), 0.1, dtype=torch.float16)
+_SMALL = torch.tensor([[3, -3, 2, 0], [0, 0, 0, 0]])
+_UNIFORM = torch.rand(256, 7, generator=torch.Generator().manual_seed(0)) * 4 + 1
 
 
 @pytest.mark.parametrize(
@@ -258,6 +260,14 @@ _HALVES = torch.full((4, 5000), 0.1, dtype=torch.float16)
         (lambda x: (x > 2).sum(-1), _BIG_INT32),  # bool
         (lambda x: x.sum(-1, dtype=torch.float32), _HALVES),  # accumulated in float32
         (lambda x: x.sum(dtype=torch.float32), _HALVES),
+        # left to the translation's cast after: a sum to bool
+        (lambda x: x.sum(-1, dtype=torch.bool), _SMALL),
+        # a CPU mean to float16/bfloat16 sums in float32 and rounds once
+        (lambda x: x.mean(-1, dtype=torch.float16), torch.tensor([[70000.0, 0.0]])),
+        (lambda x: x.mean(-1, dtype=torch.float16), torch.tensor([[70000, 0]])),
+        (lambda x: x.mean(-1, dtype=torch.float16), _UNIFORM),
+        (lambda x: x.mean(-1, dtype=torch.bfloat16), _UNIFORM),
+        (lambda x: x.mean(-1, keepdim=True, dtype=torch.float64), torch.tensor([[1, 2]])),
         (lambda x: torch.softmax(x * 50, -1, dtype=torch.float32), _HALVES[:, :7]),
         (lambda x: torch.log_softmax(x, 0, torch.float64), _X23),
     ],
@@ -297,5 +307,5 @@ def test_a_reduction_s_input_is_cast_to_its_result_dtype(fn, x):
     cast = after.args[0]
     assert cast.target == torch.ops.aten._to_copy.default
     assert cast.kwargs["dtype"] == reduction.meta["val"].dtype
-    assert "dtype" not in after.kwargs
+    assert after.kwargs == reduction.kwargs  # dtype= stays: the result's
     torch.testing.assert_close(rewritten(x), fn(x), rtol=0, atol=0)

@@ -29,11 +29,13 @@ contract: a rewritten copy, or the graph itself when nothing applies).
 # tensor, ``x.sum(dtype=...)`` and the sum of an int32 or bool tensor (an int64 result)
 # compute in the result's dtype in PyTorch; torchlib's
 # translations reduce in the input's dtype and cast the result, so an integer mean was
-# truncated (the mean of [3, 4, 4] came back 3.0), an int32 sum wrapped where PyTorch's
-# int64 does not, and a float16 sum accumulated in float16. The input is cast first:
+# truncated (the mean of [3, 4, 4] came back 3.0), an int32 sum overflowed where PyTorch's
+# int64 does not, and a float16 sum accumulated in float16. The input is cast first (a
+# mean to float16/bfloat16 to float32: PyTorch's CPU mean rounds once, at the end; a
+# sum to a small integer type or bool is left as it is); ``dtype`` stays:
 #
 #   before                                 after
-#   mean.dim(x:i64, [-1], dtype=f32)       mean.dim(_to_copy(x, f32), [-1])
+#   mean.dim(x:i64, [-1], dtype=f32)       mean.dim(_to_copy(x, f32), [-1], dtype=f32)
 #
 # int32 indices. PyTorch indexes with int32 tensors as with int64 ones (``x[i]``,
 # ``x[i] = v``, ``index_put``; flex attention's block masks are int32); torchlib passes
@@ -92,8 +94,12 @@ _REDUCTIONS_WITH_DTYPE = frozenset(
 and whose translation computes in the input's dtype and casts the result."""
 
 
+_NARROW_FLOATS = frozenset({torch.float16, torch.bfloat16})
+
+
 def _reduces_in_input_dtype(node: torch.fx.Node) -> torch.dtype | None:
-    """The result dtype of a reduction whose input has another (``None`` otherwise)."""
+    """The dtype a reduction's input is cast to, when its translation would reduce in
+    another one than PyTorch (``None``: left alone)."""
     if node.op != "call_function" or node.target not in _REDUCTIONS_WITH_DTYPE:
         return None
     source, result = (
@@ -102,14 +108,22 @@ def _reduces_in_input_dtype(node: torch.fx.Node) -> torch.dtype | None:
     )
     if not (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor)):
         return None
-    if source.dtype == result.dtype or source.is_complex() or result.is_complex():
+    if source.is_complex() or result.is_complex():
         return None
-    return result.dtype
+    if result.dtype.is_floating_point:
+        # PyTorch's CPU mean to float16/bfloat16 sums in float32 and rounds once
+        narrow_mean = node.target is torch.ops.aten.mean.dim and result.dtype in _NARROW_FLOATS
+        wide = torch.float32 if narrow_mean else result.dtype
+    elif result.dtype == torch.int64:  # an integer sum (or sum(dtype=torch.int64))
+        wide = torch.int64
+    else:  # sum(dtype=torch.uint8/bool...): the translation's cast after is PyTorch's
+        return None
+    return None if source.dtype == wide else wide
 
 
 def reductions_in_result_dtype(graph_module: torch.fx.GraphModule) -> int:
-    """Casts the input of each reduction whose result has another dtype to that dtype
-    and drops its ``dtype`` argument, in place (PyTorch computes in the result's dtype);
+    """Casts the input of each reduction that PyTorch computes in another dtype than
+    its input's to that dtype, in place (its ``dtype`` argument stays: the result's);
     returns how many nodes changed."""
     graph = graph_module.graph
     changed = 0
@@ -122,7 +136,6 @@ def reductions_in_result_dtype(graph_module: torch.fx.GraphModule) -> int:
                 graph, node, torch.ops.aten._to_copy.default, (node.args[0],), {"dtype": dtype}
             )
         node.args = (cast, *node.args[1:])
-        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
         changed += 1
     if changed:
         graph.lint()
