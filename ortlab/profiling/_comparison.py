@@ -106,10 +106,9 @@ class Comparison:
 
     @property
     def explained_seconds(self) -> float:
-        """How much of the profiles' call difference their nodes and parts explain."""
-        return sum(n.delta_seconds for n in self.nodes) + sum(
-            p.delta_seconds for p in self.parts if p.key != "unattributed"
-        )
+        """How much of the profiles' call difference their parts explain (the FX nodes'
+        total is one of the parts: ``nodes`` itemizes it)."""
+        return sum(p.delta_seconds for p in self.parts if p.key != "unattributed")
 
     def text(self, top: int = 10) -> str:
         a, b = self.labels
