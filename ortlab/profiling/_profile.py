@@ -80,7 +80,7 @@ def profile(
             "returned), not its OrtBackend: the profile has to make the call"
         )
     backend = ortlab.backend.backend_of(compiled)
-    grad = torch.is_grad_enabled()
+    grad, mode_note = _grad_mode(backend)
 
     def call() -> Any:
         with torch.set_grad_enabled(grad):
@@ -103,6 +103,8 @@ def profile(
     result = _attribute.build(measured, model_class=model_class)
     result.label = label
     result.backend = backend
+    if mode_note:
+        result.notes.append(mode_note)
     if not entry:
         result.notes.append("Dynamo's entry was not timed (entry=False): it is unattributed")
     if advise:
@@ -130,3 +132,23 @@ def _entry(
             return twin(*args)
 
     return run
+
+
+def _grad_mode(backend: Any) -> tuple[bool, str]:
+    """Whether to profile with grad enabled, and a note when that is not the caller's
+    mode: the mode of the graphs the model was compiled with (only inference graphs:
+    no grad; only training graphs: grad), else the caller's. Profiling a model compiled
+    under ``no_grad`` with grad on compiled and profiled another graph, silently."""
+    current = torch.is_grad_enabled()
+    kinds = {g.kind for g in backend.graphs}
+    if kinds == {"inference"} and current:
+        return False, (
+            "profiled under torch.no_grad(), as the model was compiled (the call was made "
+            "with grad enabled; call ortlab.profile under the mode to profile)"
+        )
+    if kinds and "inference" not in kinds and not current:
+        return True, (
+            "profiled with grad enabled, as the model was compiled for training (the call "
+            "was made under no_grad)"
+        )
+    return current, ""
