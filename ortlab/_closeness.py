@@ -12,6 +12,7 @@ fused operators.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -67,6 +68,23 @@ class ElementErrors:
     def beyond(self, atol: float, rtol: float) -> int:
         """How many elements are beyond the tolerance."""
         return int((self.error > self.allowed(atol, rtol)).sum())
+
+
+def max_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """The largest of :func:`element_errors` (0 when empty), without keeping the
+    per-element tensors where every difference is finite (a model's gradients: 11 s
+    against well under a second for BERT-base's 110M values)."""
+    if actual.numel() == 0:
+        return 0.0
+    if not (actual.is_complex() or expected.is_complex()):
+        difference = (
+            actual.to(device="cpu", dtype=torch.float64)
+            - expected.to(device="cpu", dtype=torch.float64)
+        ).abs_()
+        largest = float(difference.max())
+        if math.isfinite(largest):
+            return largest
+    return float(element_errors(actual, expected).error.max())
 
 
 def element_errors(actual: torch.Tensor, expected: torch.Tensor) -> ElementErrors:

@@ -81,7 +81,7 @@ def max_abs_diff(output: Any, reference: Any) -> float:
     """Largest ``|output - reference|`` over every leaf, by the one comparator
     (:mod:`ortlab.numerics._compare`): NaN against NaN is no difference; a NaN or Inf on
     one side only, a shape mismatch or a different structure is ``inf``."""
-    return _compare.max_abs_error(_compare.compare_outputs(output, reference))
+    return _compare.max_abs_difference(output, reference)
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ortlab import numerics
+from ortlab.numerics import _compare
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
@@ -86,3 +87,30 @@ def test_float64_rule_allows_twice_eagers_error_and_floors_it_at_the_magnitude()
     assert numerics._compare.float64_allowed(1e-3, scale=1.0) == 2e-3
     # Eager rounding exactly onto float64 does not ask ortlab for zero error.
     assert numerics._compare.float64_allowed(0.0, scale=10.0) == pytest.approx(2e-5)
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "actual, expected",
+    [
+        (torch.tensor([1.0, 2.5, -3.0]), torch.tensor([1.0, 2.0, -3.25])),
+        (torch.tensor([_NAN, 1.0]), torch.tensor([_NAN, 1.5])),  # NaN against NaN: 0
+        (torch.tensor([_NAN, 1.0]), torch.tensor([0.0, 1.0])),  # NaN on one side: inf
+        (torch.tensor([_INF, 1.0]), torch.tensor([_INF, 1.0])),
+        (torch.tensor([_INF, 1.0]), torch.tensor([-_INF, 1.0])),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0])),  # shapes: inf
+        (torch.tensor(2.0), torch.tensor([2.5])),  # 0-d against (1,)
+        ((torch.ones(2), torch.ones(3)), (torch.ones(2),)),  # structure: inf
+        ({"a": torch.arange(4), "b": 3}, {"a": torch.arange(4) + 1, "b": 3}),
+        (torch.ones(2, dtype=torch.complex64), torch.ones(2, dtype=torch.complex64) * 1j),
+        (torch.ones(0, 3), torch.ones(0, 3)),
+        (torch.ones(3, dtype=torch.bfloat16), torch.ones(3) * 1.01),
+    ],
+)
+def test_the_largest_difference_alone_is_the_comparators(actual, expected):
+    """%ortcompile's max abs diff took every leaf's full statistics (11 s for BERT-base's
+    gradients, against well under a second for the largest difference alone)."""
+    full = _compare.max_abs_error(_compare.compare_outputs(actual, expected))
+    assert _compare.max_abs_difference(actual, expected) == full

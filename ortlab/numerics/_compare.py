@@ -378,6 +378,24 @@ def float64_allowed(eager_error: float, scale: float) -> float:
     return FLOAT64_FACTOR * max(eager_error, FLOAT64_FLOOR * scale)
 
 
+def max_abs_difference(actual: Any, expected: Any) -> float:
+    """``max_abs_error(compare_outputs(actual, expected))`` without the statistics of
+    each leaf: the same rules (NaN against NaN is no difference; a NaN or Inf on one
+    side only, a shape mismatch or a different structure is ``inf``)."""
+    got, want = _harness.named_leaves(actual), _harness.named_leaves(expected)
+    if len(got) != len(want):
+        return math.inf
+    worst = 0.0
+    for (name, b), (_, a) in zip(want, got):
+        ta, tb = _as_tensor(a), _as_tensor(b)
+        if ta is None or tb is None or ta.shape != tb.shape:
+            error = compare_tensors(name, a, b).max_abs_error  # the rare forms, as rated
+        else:
+            error = _closeness.max_error(ta, tb)
+        worst = max(worst, error)
+    return worst
+
+
 def max_abs_error(diffs: list[_records.TensorDiff]) -> float:
     """The largest absolute error among compared values (0 when there are none)."""
     return max((d.max_abs_error for d in diffs), default=0.0)
