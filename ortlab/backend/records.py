@@ -42,9 +42,18 @@ up front). ``lower``: Dynamo's graph to ATen (make_fx, or AOTAutograd's tracing 
 partitioning since the previous graph of the same compile). ``guards``: Dynamo's work
 after ortlab returns the graph (guards, the frame's new bytecode, AOTAutograd's runtime
 wrappers), until the graph first runs."""
-EXPORT_STEPS = ("cache", "type_promotion", "translate", "fuse", "serialize", "transforms")
+EXPORT_STEPS = (
+    "cache",
+    "type_promotion",
+    "translate",
+    "optimize",
+    "fuse",
+    "serialize",
+    "transforms",
+)
 """The session steps that make its ONNX model (``SessionRecord.export_seconds``).
 ``cache``: reading it from the compile cache (then no other export step runs).
+``optimize``: onnxscript's optimizer (inference partitions without fused operators).
 ``fuse``: rewriting it with ONNX Runtime's fused operators (``ort_fusions``) and checking
 the fused model's first outputs against PyTorch (and, when a fused model was given up,
 that attempt's session and runs)."""

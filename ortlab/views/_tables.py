@@ -86,6 +86,7 @@ STEP_LABELS = {
     "cache": "compile cache",
     "type_promotion": "type promotion",
     "translate": "translate",
+    "optimize": "optimize",
     "fuse": "fuse for ORT",
     "serialize": "serialize",
     "transforms": "transforms",
