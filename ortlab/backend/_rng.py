@@ -212,9 +212,7 @@ class _Start:
         self.start = next(
             n
             for n in graph.nodes
-            if n.op != "placeholder"
-            and not is_random(n)
-            and not (n.target is operator.getitem and is_random(n.args[0]))
+            if n.op != "placeholder" and not is_random(n) and not _selects_from_a_draw(n)
         )
         self._sizes = _sizes.emitter(graph, self.start)
         self._before_start: set[torch.fx.Node] = set()
@@ -306,6 +304,15 @@ def draws_first(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph.lint()
     rewritten.recompile()
     return rewritten
+
+
+def _selects_from_a_draw(node: torch.fx.Node) -> bool:
+    """A ``getitem`` of a draw's outputs (``run_and_save_rng_state``'s nest two deep)."""
+    while node.op == "call_function" and node.target is operator.getitem:
+        node = node.args[0]  # type: ignore[assignment]
+        if is_random(node):
+            return True
+    return False
 
 
 def _made_here(node: torch.fx.Node) -> bool:
