@@ -108,7 +108,7 @@ def _reduces_in_input_dtype(node: torch.fx.Node) -> torch.dtype | None:
     )
     if not (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor)):
         return None
-    if source.is_complex() or result.is_complex():
+    if source.dtype == result.dtype or source.is_complex() or result.is_complex():
         return None
     if result.dtype.is_floating_point:
         # PyTorch's CPU mean to float16/bfloat16 sums in float32 and rounds once
@@ -118,7 +118,9 @@ def _reduces_in_input_dtype(node: torch.fx.Node) -> torch.dtype | None:
         wide = torch.int64
     else:  # sum(dtype=torch.uint8/bool...): the translation's cast after is PyTorch's
         return None
-    return None if source.dtype == wide else wide
+    if source.dtype == wide or (wide != result.dtype and "dtype" not in node.kwargs):
+        return None  # (the translation's own cast must bring the result back)
+    return wide
 
 
 def reductions_in_result_dtype(graph_module: torch.fx.GraphModule) -> int:
