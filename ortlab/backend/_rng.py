@@ -112,14 +112,25 @@ def drawing_op(node: torch.fx.Node) -> Any:
     """The ATen op a draw this module made runs (``None`` for any other node)."""
     if node.op != "call_function":
         return None
-    if node.target in (dropout_mask, dropout_mask_saving_state, dropout_mask_from_state):
-        return _DROPOUT
     if node.target is draw_like:
         return node.args[0]
-    return None
+    return _DROPOUT if node.target in _MADE_HERE else None
 
 
 # -- the draws, as the graph calls them -------------------------------------------------
+
+
+def _stand_in(
+    size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """An uninitialised tensor of this layout: what a draw reads of its input."""
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+
+def _bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A dropout mask as bool, as its fake tensor says (of an empty tensor eager returns
+    a float mask)."""
+    return mask if mask.dtype == torch.bool else mask.to(torch.bool)
 
 
 def dropout_mask(
@@ -130,10 +141,7 @@ def dropout_mask(
     p: float,
 ) -> torch.Tensor:
     """The mask ``native_dropout(x, p, True)`` draws for an ``x`` of this layout."""
-    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    mask = aten.native_dropout.default(stand_in, p, True)[1]
-    # (bool, as its fake tensor says: of an empty tensor eager returns a float mask)
-    return mask if mask.dtype == torch.bool else mask.to(torch.bool)
+    return _bool_mask(_DROPOUT(_stand_in(size, stride, dtype, device), p, True)[1])
 
 
 def draw_like(
@@ -144,9 +152,7 @@ def draw_like(
 ) -> torch.Tensor:
     """``op(x, *args, **kwargs)`` for an ``x`` of this ``(size, stride, dtype,
     device)`` (``op`` reads only that)."""
-    size, stride, dtype, device = layout
-    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    return op(stand_in, *args, **kwargs)
+    return op(_stand_in(*layout), *args, **kwargs)
 
 
 def dropout_mask_saving_state(
@@ -160,9 +166,8 @@ def dropout_mask_saving_state(
     checkpointing's ``run_and_save_rng_state(native_dropout, x, p, True)`` gives for an
     ``x`` of this layout."""
     save, _ = _torch_private.rng_state_ops()
-    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    state, (_, mask) = save(_DROPOUT, stand_in, p, True)
-    return state, mask
+    state, (_, mask) = save(_DROPOUT, _stand_in(size, stride, dtype, device), p, True)
+    return state, _bool_mask(mask)
 
 
 def dropout_mask_from_state(
@@ -176,8 +181,8 @@ def dropout_mask_from_state(
     """The mask ``run_with_rng_state(state, native_dropout, x, p, True)`` draws for an
     ``x`` of this layout (the generator is left as it was)."""
     _, replay = _torch_private.rng_state_ops()
-    stand_in = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    return replay(state, _DROPOUT, stand_in, p, True)[1]
+    stand_in = _stand_in(size, stride, dtype, device)
+    return _bool_mask(replay(state, _DROPOUT, stand_in, p, True)[1])
 
 
 _MADE_HERE = (dropout_mask, draw_like, dropout_mask_saving_state, dropout_mask_from_state)
