@@ -273,59 +273,23 @@ def test_moved_draws_are_named_by_the_op_that_draws():
     assert _rng.is_random(node)
 
 
-def test_bert_trains_with_its_default_dropout_in_one_partition_per_graph():
-    # A classifier fine-tuned as users do: dropout 0.1 on hidden states and attention
-    # probabilities, the model's own loss. The forward graph was in 6 pieces here (one
-    # layer: 5 dropouts), 15 with four layers.
+def _bert_classifier(**extra):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(
         vocab_size=128,
         hidden_size=32,
-        num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=64,
         num_labels=3,
-        attn_implementation="sdpa",
+        **extra,
     )
     torch.manual_seed(0)
-    model = transformers.BertForSequenceClassification(config).train()
-    eager = copy.deepcopy(model)
-    backend = ortlab.OrtBackend()
-    compiled = torch.compile(model, backend=backend)
-    ids = torch.randint(0, 128, (4, 16))
-    labels = torch.tensor([0, 1, 2, 1])
-    for step in range(2):
-        torch.manual_seed(SEED + step)
-        loss = compiled(input_ids=ids, labels=labels).loss
-        loss.backward()
-        torch.manual_seed(SEED + step)
-        expected = eager(input_ids=ids, labels=labels).loss
-        expected.backward()
-        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
-    _one_partition_per_graph(backend)
-    forward = next(g for g in backend.graphs if g.kind == "forward")
-    drawn = [v.target for v in forward.verdicts if v.rule == "random"]
-    assert drawn == ["aten.native_dropout.default"] * 5
+    return transformers.BertForSequenceClassification(config).train()
 
 
-@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
-def test_bert_trains_with_checkpointing_and_dropout_in_one_partition_per_graph(reentrant):
-    # transformers' gradient_checkpointing_enable with the default dropout: 7 forward and
-    # 7 backward partitions of a 2-layer BERT, the checkpointed dropouts between them.
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=3,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertForSequenceClassification(config).train()
-    model.gradient_checkpointing_enable({"use_reentrant": reentrant})
+def _trains_like_eager(model: torch.nn.Module) -> ortlab.OrtBackend:
+    """Two steps of ``model`` compiled and of an eager copy, each drawn from the same
+    seed: losses, gradients and the generator's state after each step are eager's."""
     eager = copy.deepcopy(model)
     backend = ortlab.OrtBackend()
     compiled = torch.compile(model, backend=backend)
@@ -344,3 +308,24 @@ def test_bert_trains_with_checkpointing_and_dropout_in_one_partition_per_graph(r
         for (name, p), q in zip(model.named_parameters(), eager.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     _one_partition_per_graph(backend)
+    return backend
+
+
+def test_bert_trains_with_its_default_dropout_in_one_partition_per_graph():
+    # A classifier fine-tuned as users do: dropout 0.1 on hidden states and attention
+    # probabilities, the model's own loss. The forward graph was in 6 pieces here (one
+    # layer: 5 dropouts), 15 with four layers.
+    model = _bert_classifier(num_hidden_layers=1, attn_implementation="sdpa")
+    backend = _trains_like_eager(model)
+    forward = next(g for g in backend.graphs if g.kind == "forward")
+    drawn = [v.target for v in forward.verdicts if v.rule == "random"]
+    assert drawn == ["aten.native_dropout.default"] * 5
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_bert_trains_with_checkpointing_and_dropout_in_one_partition_per_graph(reentrant):
+    # transformers' gradient_checkpointing_enable with the default dropout: 7 forward and
+    # 7 backward partitions of a 2-layer BERT, the checkpointed dropouts between them.
+    model = _bert_classifier(num_hidden_layers=2)
+    model.gradient_checkpointing_enable({"use_reentrant": reentrant})
+    _trains_like_eager(model)
