@@ -133,16 +133,22 @@ def reductions_in_result_dtype(graph_module: torch.fx.GraphModule) -> int:
         dtype = _reduces_in_input_dtype(node)
         if dtype is None:
             continue
-        with graph.inserting_before(node):
-            cast = _rewrites.add_node(
-                graph, node, torch.ops.aten._to_copy.default, (node.args[0],), {"dtype": dtype}
-            )
-        node.args = (cast, *node.args[1:])
+        node.args = (_cast_before(graph, node, node.args[0], dtype), *node.args[1:])
         changed += 1
     if changed:
         graph.lint()
         graph_module.recompile()
     return changed
+
+
+def _cast_before(
+    graph: torch.fx.Graph, node: torch.fx.Node, value: Any, dtype: torch.dtype
+) -> torch.fx.Node:
+    """``value`` cast to ``dtype`` (``_to_copy``), computed just before ``node``."""
+    with graph.inserting_before(node):
+        return _rewrites.add_node(
+            graph, node, torch.ops.aten._to_copy.default, (value,), {"dtype": dtype}
+        )
 
 
 # -- int32 indices --------------------------------------------------------------------------
@@ -184,15 +190,8 @@ def int32_indices_as_int64(graph_module: torch.fx.GraphModule) -> int:
         if not positions:
             continue
         indices = list(node.args[1])  # type: ignore[arg-type]
-        with graph.inserting_before(node):
-            for i in positions:
-                indices[i] = _rewrites.add_node(
-                    graph,
-                    node,
-                    torch.ops.aten._to_copy.default,
-                    (indices[i],),
-                    {"dtype": torch.int64},
-                )
+        for i in positions:
+            indices[i] = _cast_before(graph, node, indices[i], torch.int64)
         node.args = (node.args[0], indices, *node.args[2:])
         changed += 1
     if changed:
