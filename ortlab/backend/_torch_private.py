@@ -1,6 +1,6 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-It is over 900 lines (about 1,600) on purpose: its one concern is fencing PyTorch's
+It is over 900 lines (about 1,650) on purpose: its one concern is fencing PyTorch's
 internals, and a PyTorch upgrade should break one module, read top to bottom next to its
 pinning tests, not several. Each function is a thin wrapper over one internal; splitting
 by caller would put the same internals behind two fences. Its sections (the backend's,
@@ -38,6 +38,8 @@ the lab's, the conformance generator's, the rewrites') are marked below.
 #   schemas   torch._C._check_schema_allow_fake_script_object (which overload takes
 #             these arguments); torch._prims_common.elementwise_dtypes (promotion)
 #   dispatch  torch._dispatch.python.enable_python_dispatcher (make_fx on symbolic sizes)
+#   rng       torch._prims.rng_prims: run_and_save_rng_state, run_with_rng_state
+#             (activation checkpointing's draws)
 #   fakes     torch._subclasses.fake_tensor.FakeTensor(Mode);
 #             torch.fx.passes._tensorify_python_scalars (Dynamo's unspecialised floats);
 #             symbolic_shapes.statically_known_true (sizes read without guards);
