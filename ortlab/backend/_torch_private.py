@@ -302,13 +302,14 @@ def lowering_decompositions(
     import torch._inductor.inductor_prims  # noqa: F401
     from torch._decomp import decomposition_table
 
-    from ortlab.backend import _accurate, _decompositions, _special
+    from ortlab.backend import _accurate, _decompositions, _scatters, _special
 
     table = dict(onnx_friendly_decompositions(opset_version))
     for op in _DECOMPOSED_DESPITE_TRANSLATION:
         table[op] = decomposition_table[op]
     table.update(_decompositions.table())  # backward ops torch does not decompose
     table.update(_special.table())  # lgamma, digamma: no ONNX op
+    table.update(_scatters.table())  # scatters CUDA's kernels run one index per thread
     table.update(_accurate.table(table))  # PyTorch's numbers at the edges
     for op in _DRAWS_UNLIKE_EAGER:
         table.pop(op, None)
