@@ -63,6 +63,26 @@ def test_a_refused_node_runs_in_pytorch_and_the_rest_of_its_partition_in_onnx_ru
     assert [p.run_count for p in graph.partitions] == [2, 2]
 
 
+def test_the_search_s_trial_sessions_keep_onnx_runtime_s_error_lines_quiet(monkeypatch):
+    # The CUDA provider logs every refused session: a bfloat16 BERT's search printed 11
+    # error lines for one refused node, each repeating what the records hold.
+    from ortlab.backend import _session
+
+    made = []
+    create = _session.create_session
+
+    def recording(model, providers, options, *args, **kwargs):
+        made.append(options)
+        return create(model, providers, options, *args, **kwargs)
+
+    monkeypatch.setattr(_session, "create_session", recording)
+    compiled = _compile(_chain, _sin_refused)
+    with torch.no_grad(), pytest.warns(ortlab.FallbackWarning, match="refused 1 of its nodes"):
+        compiled(torch.randn(2, 4))
+    trials = [o for o in made if o is not None and o.log_severity_level == 4]
+    assert len(trials) >= 2  # the search made its trial sessions quiet
+
+
 def test_the_split_keeps_training_right():
     x = torch.randn(3, 4, requires_grad=True)
     compiled = _compile(_chain, _sin_refused)

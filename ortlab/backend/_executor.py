@@ -282,7 +282,7 @@ class OrtPartitionModule:
         session = _session.create_session(
             exported.proto.SerializeToString(),
             self._providers(args),
-            options.ort_session_options,
+            options.ort_session_options or _session.trial_session_options(1),
             1,
         )
         inputs = tuple(n.meta.get("val") for n in part.graph.nodes if n.op == "placeholder")

@@ -120,6 +120,15 @@ def default_session_options(threads: int | None = None) -> onnxruntime.SessionOp
     return so
 
 
+def trial_session_options(threads: int | None = None) -> onnxruntime.SessionOptions:
+    """:func:`default_session_options` for sessions that may be refused on purpose (the
+    search for the nodes ONNX Runtime refuses): ONNX Runtime's own error lines (the CUDA
+    provider logs each refusal) would repeat, once a trial, what the search records."""
+    so = default_session_options(threads)
+    so.log_severity_level = 4
+    return so
+
+
 # NOTE: ONNX Runtime's MatMulScaleFusion (level EXTENDED, on by default) folds a
 # MatMul's Mul or Div by a scalar into com.microsoft FusedMatMul's ``alpha``, a float32
 # attribute (``1/c`` for a Div). In a float64 model that rounds the scale to float32:
