@@ -63,6 +63,17 @@ def test_slice_scatter_decomposed_matches_aten(size, start, end, dim):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_slice_gradient_is_contiguous_as_aten_s(dtype):
+    # A Pad keeps a channels-last gradient's strides; ATen's slice_backward is contiguous,
+    # and a view after it in the backward graph may rely on that.
+    grad = torch.randn(2, 3, 5, 5, dtype=dtype).to(memory_format=torch.channels_last)
+    args = (grad, [2, 8, 5, 5], 1, 2, 5, 1)
+    padded = _scatters.slice_backward(*args)
+    assert padded.stride() == aten.slice_backward.default(*args).stride()
+    torch.testing.assert_close(padded, aten.slice_backward.default(*args), rtol=0, atol=0)
+
+
 def test_other_steps_keep_torch_s_forms():
     x = torch.randn(6, 6)
     assert _scatters.slice_scatter(x, torch.randn(6, 3), 1, 0, 6, 2) is NotImplemented

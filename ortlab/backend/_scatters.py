@@ -1,6 +1,7 @@
-"""Scatters of backward graphs written so that ONNX Runtime's CUDA kernels run them in
-parallel: a slice's gradient as a ``Pad``, a write into a slice as a ``Concat``, and an
-embedding's weight gradient (on CUDA) as a ``ScatterElements`` over every element.
+"""Slice gradients, writes into slices and embedding gradients, written so that ONNX
+Runtime's CUDA kernels run them in parallel: a slice's gradient as a ``Pad``, a write
+into a slice as a ``Concat``, and an embedding's weight gradient (on CUDA) as a
+``ScatterElements`` over every element.
 
 # NOTE: ONNX Runtime's CUDA ``ScatterND`` runs one thread per index, and each thread
 # copies (or atomically adds) its whole update row in a loop. torchlib writes
@@ -74,21 +75,24 @@ def slice_backward(
         )
     before, after = bounds[0], input_sizes[dim] - bounds[1]
     if not before and not after:
-        return aten.clone.default(grad_output)
-    if grad_output.dtype in _PADDED:
+        grad_input = grad_output
+    elif grad_output.dtype in _PADDED:
         pads = [0] * (2 * (rank - dim))
         # constant_pad_nd's pads run from the last dim: (before, after) of dim rank-1 first
         pads[-2], pads[-1] = before, after
-        return aten.constant_pad_nd.default(grad_output, pads, 0)
-    pieces = []
-    for width in (before, None, after):
-        if width is None:
-            pieces.append(grad_output)
-        elif width:
-            shape = list(grad_output.shape)
-            shape[dim] = width
-            pieces.append(aten.new_zeros.default(grad_output, shape))
-    return aten.cat.default(pieces, dim)
+        grad_input = aten.constant_pad_nd.default(grad_output, pads, 0)
+    else:
+        pieces = []
+        for width in (before, None, after):
+            if width is None:
+                pieces.append(grad_output)
+            elif width:
+                shape = list(grad_output.shape)
+                shape[dim] = width
+                pieces.append(aten.new_zeros.default(grad_output, shape))
+        grad_input = aten.cat.default(pieces, dim)
+    # contiguous, as ATen's (a Pad keeps a channels-last gradient's strides)
+    return aten.clone.default(grad_input, memory_format=torch.contiguous_format)
 
 
 def slice_scatter(
