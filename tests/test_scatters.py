@@ -74,6 +74,18 @@ def test_a_slice_gradient_is_contiguous_as_aten_s(dtype):
     torch.testing.assert_close(padded, aten.slice_backward.default(*args), rtol=0, atol=0)
 
 
+def test_a_write_into_a_dim_of_size_zero_runs_in_onnx_runtime():
+    def write(x, z):
+        return torch.slice_scatter(x, z, 1, 0, 0) + 1
+
+    x, z = torch.randn(3, 0), torch.randn(3, 0)
+    assert _scatters.slice_scatter(x, z, 1, 0, 0).shape == (3, 0)
+    compiled = ortlab.compile(write)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, z), write(x, z))
+    assert _op_types(compiled, "inference")
+
+
 def test_other_steps_keep_torch_s_forms():
     x = torch.randn(6, 6)
     assert _scatters.slice_scatter(x, torch.randn(6, 3), 1, 0, 6, 2) is NotImplemented

@@ -121,8 +121,8 @@ def slice_scatter(
         pieces.append(src)
     if bounds[1] < size:
         pieces.append(aten.slice.Tensor(input, dim, bounds[1], size))
-    if len(pieces) == 1:
-        return aten.clone.default(pieces[0])
+    if len(pieces) <= 1:  # a dim of size 0 leaves none
+        return aten.clone.default(pieces[0] if pieces else input)
     return aten.cat.default(pieces, dim)
 
 
