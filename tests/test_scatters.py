@@ -86,6 +86,24 @@ def test_a_write_into_a_dim_of_size_zero_runs_in_onnx_runtime():
     assert _op_types(compiled, "inference")
 
 
+def test_a_write_over_the_whole_dim_keeps_the_input_s_strides():
+    # src alone is the result: a transposed src gave its strides, where ATen's are the
+    # input's, and a view after it failed (the graph ran in PyTorch)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    expected = aten.slice_scatter.default(x, y.t(), 0, 0, 4)
+    written = _scatters.slice_scatter(x, y.t(), 0, 0, 4)
+    assert written.stride() == expected.stride()
+    torch.testing.assert_close(written, expected, rtol=0, atol=0)
+
+    def write(x, y):
+        return torch.slice_scatter(x, y.t(), 0, 0, 4).view(-1) + 1
+
+    compiled = ortlab.compile(write)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, y), write(x, y))
+    assert _op_types(compiled, "inference")
+
+
 def test_other_steps_keep_torch_s_forms():
     x = torch.randn(6, 6)
     assert _scatters.slice_scatter(x, torch.randn(6, 3), 1, 0, 6, 2) is NotImplemented
@@ -176,6 +194,34 @@ def test_the_element_wise_embedding_gradient_matches_aten(num, width, shape, pad
     if dtype == torch.float32:
         expected = aten.embedding_dense_backward.default(*args)
         torch.testing.assert_close(added, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_narrow_embedding_gradients_are_summed_in_float32(dtype):
+    # As ATen's CUDA kernel sums them. ONNX Runtime's ScatterElements would add in the
+    # tensor's dtype (bfloat16 sums stall at 256: 256 + 1 is not a bfloat16); ATen's CPU
+    # scatter_add does not, so the traced graph is what shows it.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def added(grad, indices):
+        return _scatters._rows_added(grad, indices, 3, -1, [4])
+
+    grad, indices = torch.ones(300, 4, dtype=dtype), torch.zeros(300, dtype=torch.int64)
+    graph = make_fx(added)(grad, indices)
+    (scatter,) = [n for n in graph.graph.nodes if n.target == aten.scatter_add.default]
+    assert scatter.meta["val"].dtype == torch.float32
+    assert graph(grad, indices).dtype == dtype
+
+
+def test_indices_out_of_range_add_nothing():
+    from ortlab.backend import _torch_private
+
+    indices = torch.tensor([0, 5, 2, 7, 2])
+    grad = torch.randn(5, 3)
+    decomposed = _torch_private.torch_decomposition(aten.embedding_dense_backward.default)
+    added = _scatters._rows_added(grad, indices, 5, -1, [3])
+    torch.testing.assert_close(added, decomposed(grad, indices, 5, -1, False))
+    assert added[0].equal(grad[0]) and added[2].equal(grad[2] + grad[4])
 
 
 def test_the_embedding_gradient_is_added_by_element_on_cuda_only():

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from ortlab.backend import _torch_private
+
 aten = torch.ops.aten
 
 
@@ -64,8 +66,6 @@ def slice_backward(
     step: Any,
 ) -> Any:
     """``aten.slice_backward`` as a zero ``Pad`` of the gradient (see the module's NOTE)."""
-    from ortlab.backend import _torch_private
-
     rank = len(input_sizes)
     dim = dim % rank if rank else 0
     bounds = _bounds(input_sizes[dim], start, end, step) if rank else None
@@ -121,8 +121,11 @@ def slice_scatter(
         pieces.append(src)
     if bounds[1] < size:
         pieces.append(aten.slice.Tensor(input, dim, bounds[1], size))
-    if len(pieces) <= 1:  # a dim of size 0 leaves none
-        return aten.clone.default(pieces[0] if pieces else input)
+    if len(pieces) <= 1:  # the whole dim written (src alone), or a dim of size 0
+        # contiguous, as the input is (src may be a transposed view)
+        return aten.clone.default(
+            pieces[0] if pieces else input, memory_format=torch.contiguous_format
+        )
     return aten.cat.default(pieces, dim)
 
 
@@ -135,8 +138,6 @@ def embedding_dense_backward(
 ) -> Any:
     """``aten.embedding_dense_backward`` on CUDA as an element-wise ``scatter_add`` (see
     the module's NOTE)."""
-    from ortlab.backend import _torch_private
-
     width = grad_output.shape[indices.dim() :]
     plain = isinstance(num_weights, int) and all(isinstance(w, int) for w in width)
     if not scatters_by_element(grad_output.device) or scale_grad_by_freq or not plain:
