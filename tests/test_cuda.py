@@ -130,25 +130,14 @@ def test_a_llama_trains_on_cuda_without_per_index_scatters():
     # ONNX Runtime's CUDA ScatterND runs one thread per index: rotary embeddings' slice
     # gradients (32 indices of 32K values each) took 34 ms of a 4-layer Llama's 62 ms of
     # GPU time. They are Pads now, and the embedding's gradient a ScatterElements.
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    from ortlab import zoo
 
-    def make():
-        torch.manual_seed(0)
-        return transformers.LlamaForCausalLM(config).cuda()
-
-    model, twin = make(), make()
-    ids = torch.randint(0, 128, (2, 16), device="cuda")
+    spec = zoo.get("llama")  # the corpus's Llama, trained on its own loss
+    model, twin = spec.objective.build().cuda(), spec.objective.build().cuda()
+    batch = {k: v.cuda() for k, v in spec.training_inputs().items()}
     compiled = ortlab.compile(model)
-    compiled(input_ids=ids, labels=ids).loss.backward()
-    twin(input_ids=ids, labels=ids).loss.backward()
+    compiled(**batch).loss.backward()
+    twin(**batch).loss.backward()
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
     (backward,) = [g for g in compiled.ortlab_backend.graphs if g.kind == "backward"]
