@@ -46,15 +46,12 @@ bfloat16; the CPU's pads no int16): others are padded by a ``Concat`` with zeros
 def _bounds(size: Any, start: Any, end: Any, step: Any) -> tuple[int, int] | None:
     """A step-1 slice's ``[start, end)`` within ``[0, size)``, as Python slicing clamps it;
     ``None`` for another step or for bounds that are not plain ints."""
-    if not all(isinstance(v, int) for v in (size, step)) or step != 1:
+    if any(not isinstance(v, (int, type(None))) for v in (size, start, end, step)):
         return None
-    start = 0 if start is None else start
-    end = size if end is None else end
-    if not isinstance(start, int) or not isinstance(end, int):
+    if step != 1 or size is None:
         return None
-    start = min(max(start + size if start < 0 else start, 0), size)
-    end = min(max(end + size if end < 0 else end, start), size)
-    return start, end
+    first, stop, _ = slice(start, end).indices(size)
+    return first, max(stop, first)
 
 
 def slice_backward(
