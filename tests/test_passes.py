@@ -216,6 +216,7 @@ def test_clean_ups_run_as_onnx_ir_passes_and_say_which_changed_the_model():
         assert isinstance(result, ir.passes.PassResult) and result.modified is changed
         assert clean_ups.modified_by == {
             "ExactSigmoid": False,
+            "ScatterNDAsElements": False,
             "RemoveNoOps": False,
             "FoldTransposeIntoGemm": changed,
             "MatMulOverLeadingDims": False,

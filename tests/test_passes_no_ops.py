@@ -110,11 +110,21 @@ def test_an_embeddings_weight_gradient_copies_the_table_no_more():
     assert session.onnx_passes["RemoveNoOps"] is True
     graph = session.model.graph
     producers = {out: node for node in graph.node for out in node.output}
-    (scatter,) = (n for n in graph.node if n.op_type == "ScatterND")
-    # The table of zeros feeds the scatter as it is made, and the scatter's result is the
-    # gradient: no Transpose or Cast of the table on either side.
-    assert producers[scatter.input[0]].op_type == "ConstantOfShape"
-    assert scatter.output[0] in {o.name for o in graph.output}
+    (scatter,) = (
+        n
+        for n in graph.node
+        if n.op_type == "ScatterElements"
+        and any(a.name == "reduction" and a.s == b"add" for a in n.attribute)
+    )
+    # The table of zeros feeds the scatter as it is made (seen as rows: a Reshape), and
+    # the scatter's result is the gradient (in the table's shape: a Reshape): no
+    # Transpose or Cast of the table on either side.
+    table = producers[scatter.input[0]]
+    assert table.op_type == "Reshape"
+    assert producers[table.input[0]].op_type == "ConstantOfShape"
+    users = [n for n in graph.node if scatter.output[0] in n.input]
+    assert [n.op_type for n in users] == ["Reshape"]
+    assert users[0].output[0] in {o.name for o in graph.output}
 
 
 def _expand(target: list[int]):
