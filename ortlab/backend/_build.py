@@ -14,6 +14,9 @@ benchmark's bare-ORT floor.
 #               (a CUDA graph, or a session with its         next; the last one's failure
 #               threads chosen) and, when fused, whose       is raised
 #               first outputs match PyTorch's (:func:`pick`)
+#               on a preferred plugin provider: its first    the CPU provider runs it
+#               outputs checked against PyTorch's, timed
+#               against the CPU provider (the faster runs)
 #   choose      fused against unfused (``_choose.faster``),  the first is kept
 #               when ``ort_fusions`` is None
 #   record      the SessionRecord; the runner, complete;     a cache that cannot be
@@ -32,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -42,10 +46,12 @@ import torch
 from ortlab import errors
 from ortlab.backend import (
     _cache,
+    _choose,
     _dump,
     _export,
     _fusions,
     _options,
+    _plugins,
     _runtime,
     _session,
     _threads,
@@ -355,6 +361,8 @@ class _Chosen:
     picked: Picked[_runtime.OrtRunner]
     choice: _threads.ThreadChoice
     graph_note: str
+    provider_note: str = ""
+    cpu_instead: bool = False
 
 
 def _choose_step(
@@ -364,12 +372,12 @@ def _choose_step(
     timings: dict[str, float],
 ) -> _Chosen:
     options = request.options
-    choices: dict[int, tuple[_threads.ThreadChoice, str]] = {}
+    opened: dict[int, _Opened] = {}
 
     def open_session(model: onnx.ModelProto) -> _runtime.OrtRunner:
-        runner, choice, note = _open(request, model, runner_kwargs)
-        choices[id(runner)] = (choice, note)
-        return runner
+        made = _open(request, model, runner_kwargs)
+        opened[id(made.runner)] = made
+        return made.runner
 
     candidates = _candidates(request, exported, timings)
     # pre_ort_model_transforms change the model on purpose: nothing to check it against.
@@ -384,7 +392,8 @@ def _choose_step(
         compare=exported.unfused is not None and not options.cuda_graphs,
     )
     elapsed = time.perf_counter() - start
-    choice, graph_note = choices[id(picked.session)]
+    made = opened[id(picked.session)]
+    choice = made.choice
     if picked.given_up_seconds or picked.checked_seconds:
         fuse = picked.given_up_seconds + picked.checked_seconds
         timings["fuse"] = timings.get("fuse", 0.0) + fuse
@@ -393,7 +402,7 @@ def _choose_step(
     )
     if choice.probed_from is not None:
         timings["threads"] = choice.seconds
-    return _Chosen(picked, choice, graph_note)
+    return _Chosen(picked, choice, made.graph_note, made.provider_note, made.cpu_instead)
 
 
 def _store_step(
@@ -414,6 +423,8 @@ def _store_step(
         passes=dict(exported.passes),
         export_method=exported.method,
         frozen_inputs=exported.frozen_inputs,
+        provider_note=chosen.provider_note or None,
+        cpu_instead=chosen.cpu_instead,
     )
     cache.store(key, model_bytes, decisions)
 
@@ -447,7 +458,7 @@ def _from_cache(request: Request, hit: _cache.Hit, runner_kwargs: dict[str, Any]
     start = time.perf_counter()
     session = _session.create_session(
         data,
-        request.providers,
+        [(_session.CPU, {})] if decisions.cpu_instead else request.providers,
         request.options.ort_session_options,
         decisions.threads,
         disabled_optimizers=_session.inexact_optimizers(model),
@@ -472,6 +483,7 @@ def _from_cache(request: Request, hit: _cache.Hit, runner_kwargs: dict[str, Any]
         threads_note=_fusions.join_notes(decisions.threads_note or "", note),
         fusions=dict(decisions.fusions),
         fusion_note=decisions.fusion_note,
+        provider_note=decisions.provider_note,
         onnx_passes=dict(decisions.passes),
     )
     regrow = None
@@ -540,11 +552,24 @@ def _eager_outputs(request: Request) -> list[Any] | None:
     return [out] if request.single else list(out)
 
 
-def _open(
-    request: Request, model: onnx.ModelProto, runner_kwargs: dict[str, Any]
-) -> tuple[_runtime.OrtRunner, _threads.ThreadChoice, str]:
+@dataclasses.dataclass(frozen=True)
+class _Opened:
+    """A model's runner, and how it was made."""
+
+    runner: _runtime.OrtRunner
+    choice: _threads.ThreadChoice
+    graph_note: str
+    """Why no CUDA graph (``""``: one, or none asked)."""
+    provider_note: str = ""
+    """Which provider runs it and why, when a plugin provider was preferred."""
+    cpu_instead: bool = False
+    """The CPU provider runs it in place of the plugin provider."""
+
+
+def _open(request: Request, model: onnx.ModelProto, runner_kwargs: dict[str, Any]) -> _Opened:
     """A model's runner: a CUDA graph where ``cuda_graphs`` asks and it applies, else a
-    session with its threads chosen (``_threads.choose``); and why no CUDA graph."""
+    session with its threads chosen (``_threads.choose``), on a preferred plugin provider
+    or the CPU provider, whichever is right and faster (:func:`_plugin_or_cpu`)."""
     options = request.options
     providers = request.providers
     data = model.SerializeToString()
@@ -552,20 +577,62 @@ def _open(
     if options.cuda_graphs:
         graphed, graph_note = _cuda_graph_runner(request, model, data, runner_kwargs)
         if graphed is not None:
-            return graphed, _threads.initial(options, providers[0][0])[0], ""
+            return _Opened(graphed, _threads.initial(options, providers[0][0])[0], "")
 
     inexact = _session.inexact_optimizers(model)
 
-    def make(threads: int | None) -> _runtime.OrtRunner:
+    def make(threads: int | None, on: Sequence[_session.Provider]) -> _runtime.OrtRunner:
         made = _session.create_session(
-            data, providers, options.ort_session_options, threads, disabled_optimizers=inexact
+            data, on, options.ort_session_options, threads, disabled_optimizers=inexact
         )
         return _runtime.OrtRunner(made, model, **runner_kwargs)
 
     runner, choice = _threads.choose(
-        options, providers[0][0], make, run=lambda r: r.run(request.args)
+        options,
+        providers[0][0],
+        functools.partial(make, on=providers),
+        run=lambda r: r.run(request.args),
     )
-    return runner, choice, graph_note
+    if not _plugins.is_plugin(providers[0][0]):
+        return _Opened(runner, choice, graph_note)
+    kept, note = _plugin_or_cpu(
+        request, runner, lambda: make(choice.threads, [(_session.CPU, {})])
+    )
+    return _Opened(kept, choice, graph_note, note, kept is not runner)
+
+
+def _plugin_or_cpu(
+    request: Request,
+    runner: _runtime.OrtRunner,
+    make_cpu: Callable[[], _runtime.OrtRunner],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[_runtime.OrtRunner, str]:
+    """The runner on a plugin provider, or one on ONNX Runtime's CPU provider: the
+    plugin's first outputs are checked against PyTorch's (they differ: the CPU provider
+    runs it), then both are timed on the first inputs (``_choose.faster``, however long a
+    run takes) and the faster is kept; with a note saying which and why."""
+    name = request.providers[0][0]
+    expected = _eager_outputs(request)
+    if expected is not None:
+        why = _fusions.disagreement(runner.run(request.args), expected)
+        if why:
+            note = f"{_session.CPU}: {name}'s outputs differ from PyTorch's ({why})"
+            return make_cpu(), note
+
+    def make_twin() -> tuple[_runtime.OrtRunner, Callable[[], object]]:
+        twin = make_cpu()
+        return twin, lambda: twin.run(request.args)
+
+    race = _choose.faster(
+        lambda: runner.run(request.args), make_twin, below=math.inf, clock=clock
+    )
+    if race.error is not None:
+        return runner, f"{name}: the CPU provider's session failed ({race.error})"
+    medians = race.medians(name, _session.CPU)
+    if race.kept == "b" and race.b is not None:
+        return race.b, f"{_session.CPU}: {medians}"
+    return runner, f"{name}: {medians}"
 
 
 def _regrown(
@@ -680,6 +747,7 @@ def _record_step(
         cuda_graph_note=chosen.graph_note or None,
         threads=choice.threads,
         threads_note=choice.note or None,
+        provider_note=chosen.provider_note or None,
         fusions=picked.fusions,
         fusion_note=fusion_note or None,
         onnx_passes=dict(exported.passes),

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ortlab import errors
+from ortlab.backend import _plugins
 
 if TYPE_CHECKING:
     import onnx
@@ -94,6 +95,10 @@ class Decisions:
     passes: dict[str, bool]
     export_method: str
     frozen_inputs: tuple[int, ...]
+    provider_note: str | None = None
+    """Why a plugin provider, or the CPU provider instead, runs it (``_build``)."""
+    cpu_instead: bool = False
+    """The CPU provider runs it in place of the plugin provider preferred."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,6 +370,7 @@ def partition_key(
         ]
     except (OSError, TypeError) as e:
         raise Unkeyable(f"a custom translation's source: {errors.describe(e)}") from e
+    names = [name for name, _ in providers]
     fields = [
         f"opset={options.opset_version}",
         f"fuse={fuse}",
@@ -373,7 +379,8 @@ def partition_key(
         f"session_options={options.ort_session_options is not None}",
         f"dynamic={options.dynamic_shapes}/{static}",
         f"cuda_graphs={options.cuda_graphs}",
-        f"providers={[name for name, _ in providers]}",
+        f"providers={names}",
+        f"plugins={_plugins.versions(names)}",
         f"translations={translations}",
         graph_module.code,
     ]

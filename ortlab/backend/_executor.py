@@ -40,6 +40,7 @@ from ortlab.backend import (
     _fusions,
     _options,
     _partition,
+    _plugins,
     _runtime,
     _session,
     _split,
@@ -419,8 +420,11 @@ class OrtPartitionModule:
                 model (the caller splits the partition).
         """
         options = self._context.options
+        providers = self._providers(args)
         if fuse is None:
             fuse = options.ort_fusions if self._allow_freeze else False
+        if _plugins.is_plugin(providers[0][0]):
+            fuse = False  # ONNX Runtime's fused operators would run on its CPU provider
         frozen = self._frozen(args)
         if frozen:
             _say_which_writes_frozen_weights_see()
@@ -437,7 +441,7 @@ class OrtPartitionModule:
                 input_fx_values=self._input_fx_values,
                 output_fx_values=self._output_fx_values,
                 single=self._single,
-                providers=self._providers(args),
+                providers=providers,
                 fuse=fuse,
                 # pre_ort_model_transforms edit the model as translated: the optimizer
                 # would fold the constants and nodes they look for.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ortlab import errors
+from ortlab.backend import _plugins
 
 if TYPE_CHECKING:
     import onnx
@@ -37,9 +38,12 @@ Provider = tuple[str, dict[str, Any]]
 
 
 def available_providers() -> tuple[str, ...]:
+    """The providers of this onnxruntime build, then the plugin providers installed
+    (``_plugins``)."""
     import onnxruntime
 
-    return tuple(onnxruntime.get_available_providers())
+    built_in = tuple(onnxruntime.get_available_providers())
+    return built_in + tuple(n for n in _plugins.names() if n not in built_in)
 
 
 def infer_providers_from_values(values: Iterable[Any]) -> tuple[str, ...]:
@@ -83,7 +87,7 @@ def select_providers(
                 warnings.warn(
                     f"ortlab: execution provider {name!r} is not available in this "
                     f"onnxruntime build (available: {', '.join(available)}); it is skipped. "
-                    "Install onnxruntime-gpu (pip install 'ortlab[gpu]') for CUDA.",
+                    f"{_install_hint(name)}",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -93,6 +97,13 @@ def select_providers(
     if CPU not in names:
         chosen.append((CPU, {}))
     return chosen
+
+
+def _install_hint(name: str) -> str:
+    """What to install for a missing provider."""
+    if name == _plugins.OPENVINO:
+        return "Install OpenVINO's plugin provider (pip install 'ortlab[openvino]')."
+    return "Install onnxruntime-gpu (pip install 'ortlab[gpu]') for CUDA."
 
 
 def _with_torch_precision(name: str, opts: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +189,11 @@ def create_session(
     """
     import onnxruntime
 
+    plugins = [(name, opts) for name, opts in providers if _plugins.is_plugin(name)]
+    if plugins:
+        return _plugin_session(
+            model_bytes, providers, plugins, session_options, threads, disabled_optimizers
+        )
     try:
         return onnxruntime.InferenceSession(
             model_bytes,
@@ -189,6 +205,41 @@ def create_session(
     except Exception as e:
         raise errors.SessionError(
             f"onnxruntime refused the model ({errors.describe(e)})"
+        ) from e
+
+
+def _plugin_session(
+    model_bytes: bytes,
+    providers: Sequence[Provider],
+    plugins: list[Provider],
+    session_options: onnxruntime.SessionOptions | None,
+    threads: int | None,
+    disabled_optimizers: Sequence[str],
+) -> onnxruntime.InferenceSession:
+    """A session on plugin providers (see ``_plugins``): always on options of its own,
+    which carry the providers (ONNX Runtime's CPU provider runs what they do not take)."""
+    import onnxruntime
+
+    others = [name for name, _ in providers if name != CPU and not _plugins.is_plugin(name)]
+    if others:
+        raise errors.SessionError(
+            f"plugin providers ({', '.join(n for n, _ in plugins)}) cannot share a session "
+            f"with {', '.join(others)}: name one or the other"
+        )
+    if session_options is not None:  # refused by OrtBackendOptions; a caller's mistake
+        raise errors.SessionError("plugin providers need ortlab's own session options")
+    count = threads or max(1, torch.get_num_threads())
+    options = default_session_options(count)
+    _plugins.add_providers(options, plugins, count)
+    try:
+        return onnxruntime.InferenceSession(
+            model_bytes,
+            sess_options=options,
+            disabled_optimizers=list(disabled_optimizers) or None,
+        )
+    except Exception as e:
+        raise errors.SessionError(
+            f"onnxruntime refused the model on {plugins[0][0]} ({errors.describe(e)})"
         ) from e
 
 

@@ -232,6 +232,11 @@ class SessionRecord:
     threads_note: str | None = None
     """How ``threads`` was chosen: the option that set it, or the probe's medians
     ("1 thread: 0.210 ms with 1 thread vs 0.320 ms with 2 ...")."""
+    provider_note: str | None = None
+    """With a plugin provider preferred (OpenVINO's), which provider runs this session
+    and why: both timed on the first inputs ("CPUExecutionProvider: 712.4 ms
+    OpenVINOExecutionProvider vs 121.0 ms CPUExecutionProvider ..."), or the plugin's
+    outputs that differed from PyTorch's. ``None`` without a plugin provider."""
     fusions: dict[str, int] = dataclasses.field(default_factory=dict)
     """ONNX Runtime fused operators the model was rewritten with, by fusion
     (``{"skip_layer_normalization": 4, "attention": 2}``; option ``ort_fusions``)."""

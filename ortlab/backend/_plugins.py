@@ -1,0 +1,159 @@
+"""ONNX Runtime's plugin execution providers: a provider shipped as a library in its own
+package (``onnxruntime-ep-openvino``, ``pip install 'ortlab[openvino]'``), registered with
+ONNX Runtime at run time.
+
+# NOTE: ONNX Runtime (1.23 and later) loads such a library with
+# ``register_execution_provider_library`` and lists the devices it serves
+# (``get_ep_devices()``). A session runs on it only through
+# ``SessionOptions.add_provider_for_devices``: once registered, the provider's name is
+# listed by ``get_available_providers()``, but a session given that name in
+# ``providers=`` runs on the CPU provider alone, without a word (OpenVINO's plugin 1.8.1
+# under onnxruntime 1.31.1). So ortlab registers the plugins installed, and makes
+# sessions on them with their CPU devices (the tensors it binds are in host memory).
+#
+# A plugin package is found by its distribution name (``onnxruntime-ep-*``); its module
+# has ``get_library_path()`` and ``get_ep_name()``.
+#
+# OpenVINO computes float32 models in bfloat16 on processors with AMX unless its
+# inference precision is set to f32 (``precision="FP32"`` alone does not do it): a 4-layer
+# BERT's forward differed from the CPU provider's by 1.9e-2 of its scale with the plugin's
+# defaults and by 2.1e-6 with ``INFERENCE_PRECISION_HINT=f32`` (a Sapphire Rapids Xeon).
+# ortlab sets f32, and the thread count it gives the session, unless the provider options
+# carry a ``load_config`` of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ortlab import errors
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+logger = logging.getLogger(__name__)
+
+OPENVINO = "OpenVINOExecutionProvider"
+
+_PREFIX = "onnxruntime-ep-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plugin:
+    """An installed plugin package."""
+
+    name: str
+    """The provider's name (``"OpenVINOExecutionProvider"``)."""
+    package: str
+    """The distribution (``"onnxruntime-ep-openvino"``)."""
+    version: str
+    library: str
+    """The provider's shared library."""
+
+
+@functools.cache
+def installed() -> dict[str, Plugin]:
+    """The plugin providers installed, by provider name (a package that does not import
+    or has no library is left out, with a debug log line)."""
+    found: dict[str, Plugin] = {}
+    for dist in importlib.metadata.distributions():
+        package = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if not package.startswith(_PREFIX):
+            continue
+        try:
+            module = importlib.import_module(package.replace("-", "_"))
+            plugin = Plugin(
+                module.get_ep_name(), package, dist.version, module.get_library_path()
+            )
+        except Exception:  # a broken or foreign package is not a provider
+            logger.debug("plugin package %s skipped", package, exc_info=True)
+            continue
+        found.setdefault(plugin.name, plugin)
+    return found
+
+
+def is_plugin(name: str) -> bool:
+    """``name`` is a plugin provider installed here."""
+    return name in installed()
+
+
+def names() -> tuple[str, ...]:
+    """The plugin providers installed here."""
+    return tuple(installed())
+
+
+_lock = threading.Lock()
+
+
+def cpu_devices(name: str) -> list[Any]:
+    """The CPU devices of plugin provider ``name``, its library registered first (once
+    per process; a library the user registered already is used as it is).
+
+    Raises:
+        SessionError: the library cannot be registered, or serves no CPU device.
+    """
+    import onnxruntime
+
+    plugin = installed()[name]
+    with _lock:
+        if not _devices(name):
+            try:
+                onnxruntime.register_execution_provider_library(name, plugin.library)
+            except Exception as e:
+                if not _devices(name):
+                    raise errors.SessionError(
+                        f"{plugin.package} {plugin.version} could not be registered with "
+                        f"onnxruntime {onnxruntime.__version__} ({errors.describe(e)})"
+                    ) from e
+    devices = _devices(name)
+    if not devices:
+        raise errors.SessionError(
+            f"{name} ({plugin.package} {plugin.version}) serves no CPU device here"
+        )
+    return devices
+
+
+def _devices(name: str) -> list[Any]:
+    import onnxruntime
+
+    cpu = onnxruntime.OrtHardwareDeviceType.CPU
+    return [
+        d for d in onnxruntime.get_ep_devices() if d.ep_name == name and d.device.type == cpu
+    ]
+
+
+def provider_options(name: str, given: Mapping[str, Any], threads: int) -> dict[str, str]:
+    """The options a session on plugin ``name`` gets: ``given``, and for OpenVINO float32
+    precision and ``threads`` threads unless ``given`` has a ``load_config`` (see NOTE)."""
+    options = {key: str(value) for key, value in given.items()}
+    if name == OPENVINO and "load_config" not in options:
+        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": str(threads)}
+        options["load_config"] = json.dumps({"CPU": config})
+    return options
+
+
+def add_providers(
+    session_options: onnxruntime.SessionOptions,
+    plugins: Sequence[tuple[str, Mapping[str, Any]]],
+    threads: int,
+) -> None:
+    """Puts the plugin providers on ``session_options``, in order (ONNX Runtime's CPU
+    provider runs what they do not take)."""
+    for name, given in plugins:
+        session_options.add_provider_for_devices(
+            cpu_devices(name), provider_options(name, given, threads)
+        )
+
+
+def versions(provider_names: list[str]) -> list[str]:
+    """``"package==version"`` of each plugin among ``provider_names`` (for cache keys)."""
+    table = installed()
+    return [f"{table[n].package}=={table[n].version}" for n in provider_names if n in table]
