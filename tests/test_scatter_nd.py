@@ -144,3 +144,35 @@ def test_an_embedding_read_by_every_token_gets_its_whole_gradient_on_two_threads
     assert session.onnx_passes["ScatterNDAsElements"] is True
     ops = [n.op_type for n in session.model.graph.node]
     assert ops.count("ScatterElements") == 2 and "ScatterND" not in ops
+
+
+@pytest.mark.parametrize(
+    ("data", "bad"),
+    [
+        ([5, 3], [[0], [5]]),
+        ([5, 3], [[0], [-6]]),
+        ([6, 5, 3], [[0, 0], [0, 7]]),  # flat, (0, 7) would be row 7: (1, 2)
+        ([6, 5, 3], [[0, 0], [1, -6]]),
+        ([6, 5, 3], [[6, 0], [0, 0]]),
+    ],
+    ids=["past-the-end", "before-the-start", "2d-past-a-dim", "2d-before-a-dim", "2d-first"],
+)
+def test_an_index_out_of_its_dim_is_still_an_error(data, bad):
+    index = np.array(bad, dtype=np.int64)
+    updates = [len(bad), *data[index.shape[-1] :]]
+    model, _ = _rewritten(_scatter_nd_model(data, list(index.shape), updates, "add"))
+    feeds = {
+        "d": np.zeros(data, np.float32),
+        "i": index,
+        "u": np.ones(updates, np.float32),
+    }
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    with pytest.raises(Exception, match="out of data bounds"):
+        session.run(None, feeds)
+    plain = np.where(index < 0, index + np.array(data[: index.shape[-1]]), index)
+    if (plain >= 0).all() and (plain < np.array(data[: index.shape[-1]])).all():
+        pytest.fail("the case must be out of bounds")

@@ -450,14 +450,31 @@ def _scatter_nd_as_elements(
     shape = add("Shape", [data])
     lead = add("Slice", [shape, constant([0]), constant([depth])])
     rest = add("Slice", [shape, constant([depth]), constant([rank])])
-    index = add("Mod", [indices, lead])  # negative indices counted from the end
+    # One indexed dim: ScatterElements takes the index as ScatterND does (from the end
+    # when negative; out of [-size, size) an error).
+    index = indices
     if depth > 1:  # row-major: the indexed dims as one
         strides = [constant([1])]
         for j in range(depth - 1, 0, -1):
             dim = add("Slice", [lead, constant([j]), constant([j + 1])])
             strides.insert(0, add("Mul", [strides[0], dim]))
+        negative = add("Cast", [add("Less", [indices, constant([0])])], to=ir.DataType.INT64)
+        index = add("Add", [indices, add("Mul", [negative, lead])])
         weighted = add("Mul", [index, add("Concat", strides, axis=0)])
-        index = add("ReduceSum", [weighted, constant([-1])], keepdims=1)
+        flat = add("ReduceSum", [weighted, constant([-1])], keepdims=1)
+        # An index out of its dim must stay an error, not land in another row: such a
+        # row's flat index is the count of rows, out of range for ScatterElements.
+        inside = add(
+            "And",
+            [
+                add("GreaterOrEqual", [index, constant([0])]),
+                add("Less", [index, lead]),
+            ],
+        )
+        as_int = add("Cast", [inside], to=ir.DataType.INT64)
+        valid = add("ReduceMin", [as_int, constant([-1])], keepdims=1)
+        count = add("Mul", [strides[0], add("Slice", [lead, constant([0]), constant([1])])])
+        index = add("Where", [add("Cast", [valid], to=ir.DataType.BOOL), flat, count])
     rows = add("Concat", [constant([-1]), rest], axis=0)
     flat_updates = add("Reshape", [updates, rows])
     one_per_dim = add("Concat", [constant([-1]), constant([1] * (rank - depth))], axis=0)
