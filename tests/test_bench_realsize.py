@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import sys
 from unittest import mock
 
@@ -83,6 +84,33 @@ def test_training_rows_time_a_step_with_the_models_own_loss(tmp_path):
     assert all(not r["error"] and r["iters"] >= 1 for r in rows.values())
     assert rows["eager"]["first_loss"] == pytest.approx(rows["aot_eager"]["first_loss"])
     assert "| resnet-18 |" in markdown
+
+
+def test_training_rows_compare_the_first_steps_gradients_with_eagers(tmp_path):
+    pytest.importorskip("onnxruntime_ep_openvino")
+    backends = ("eager", "ortlab", "ortlab-openvino")
+    markdown = _training.run_training(
+        tmp_path, fast=True, models=["bert-4l"], backends=backends
+    )
+    payload = json.loads((tmp_path / "training.json").read_text())
+    rows = {r["backend"]: r for r in payload["rows"]}
+    assert all(not r["error"] for r in rows.values())
+    assert rows["eager"]["grad_error"] == 0.0
+    assert 0.0 < rows["ortlab"]["grad_error"] < 1e-4
+    assert 0.0 < rows["ortlab-openvino"]["grad_error"] < 1e-4
+    assert "| ortlab-openvino ms |" in markdown and "grad error, ortlab-openvino" in markdown
+
+
+def test_the_gradient_error_is_the_worst_parameters_relative_difference():
+    eager = [torch.tensor([1.0, -4.0]), torch.tensor([0.5]), torch.zeros(3), None]
+    ours = [torch.tensor([1.0, -3.0]), torch.tensor([0.5]), torch.zeros(3), None]
+    assert _training.gradient_error(ours, eager) == pytest.approx(0.25)  # 1.0 of 4.0
+    # A gradient far below the model's largest is compared with a thousandth of it.
+    tiny = [torch.tensor([4.0]), torch.tensor([1e-9])]
+    assert _training.gradient_error([tiny[0], torch.tensor([2e-9])], tiny) < 1e-5
+    assert _training.gradient_error([tiny[0], torch.tensor([2e-3])], tiny) > 0.4
+    assert _training.gradient_error([*ours[:2], torch.ones(3), None], eager) == 250.0
+    assert _training.gradient_error([*ours[:3], torch.ones(1)], eager) == math.inf
 
 
 def test_training_step_moves_the_weights_and_clears_the_gradients():

@@ -3,6 +3,9 @@
 - ``"eager"``: plain PyTorch, the reference;
 - ``"ortlab"`` / ``"ortlab-frozen"``: :func:`ortlab.compile` (``freeze_parameters=True``
   for the second);
+- ``"ortlab-openvino"``: :func:`ortlab.compile` with OpenVINO's plugin provider preferred
+  (``pip install 'ortlab[openvino]'``): each session runs on it or on the CPU provider,
+  whichever is faster;
 - ``"ort"``: the ONNX Runtime floor (:mod:`ortlab.bench._floor`);
 - ``"ort+dynamo"``: the floor, then Dynamo's entry on the model with a backend that runs
   nothing (:class:`ortlab.bench._floor.FloorBehindDynamo`): the least a ``torch.compile``
@@ -38,6 +41,10 @@ DEFAULT_BACKENDS = ("eager", "inductor", "ortlab", "ort")
 
 OPENVINO = "openvino"
 """The peer backend's name: OpenVINO's ``torch.compile`` backend, where installed."""
+
+ORTLAB_OPENVINO = "ortlab-openvino"
+"""ortlab with OpenVINO's plugin provider for ONNX Runtime preferred, where installed."""
+OPENVINO_PROVIDER = "OpenVINOExecutionProvider"
 
 
 def check_backends(backends: Any) -> tuple[str, ...]:
@@ -105,11 +112,18 @@ def make_call(
     name = f"bench_{backend.replace('-', '_').replace('+', '_')}"
     if backend == "eager":
         return target, None
-    if backend in ("ortlab", "ortlab-frozen"):
+    if backend in ("ortlab", "ortlab-frozen", ORTLAB_OPENVINO):
         # A benchmark's first call is a cold one: no compile cache unless asked for.
         options = {"compile_cache": False, **ortlab_options}
         if backend == "ortlab-frozen":
             options["freeze_parameters"] = True
+        if backend == ORTLAB_OPENVINO:
+            if OPENVINO_PROVIDER not in ortlab.backend.available_providers():
+                raise errors.UnsupportedOptionError(
+                    "bench: ortlab-openvino needs OpenVINO's plugin provider: "
+                    "pip install 'ortlab[openvino]'"
+                )
+            options["preferred_execution_providers"] = [OPENVINO_PROVIDER]
         entry = _harness.fresh_entry(target, name=name)
         compiled = ortlab.backend.compile(entry, dynamic=dynamic, **options)
         return compiled, ortlab.backend.backend_of(compiled)

@@ -29,13 +29,16 @@ import torch
 from torch import nn
 
 import ortlab.backend
-from ortlab import errors
+from ortlab import _closeness, errors
 from ortlab.backend import _torch_private
 from ortlab.bench import _backends, _engine, _format, _machine
 from ortlab.zoo import _hf, _model
 
-TRAINING_BACKENDS = ("eager", "inductor", "ortlab")
-"""Backends of the training table (``fast``: without inductor)."""
+TRAINING_BACKENDS = ("eager", "inductor", "ortlab", _backends.ORTLAB_OPENVINO)
+"""Backends of the training table (``fast``: without inductor; ``ortlab-openvino`` where
+OpenVINO's plugin provider is installed)."""
+
+_OURS = ("ortlab", _backends.ORTLAB_OPENVINO)
 
 LEARNING_RATE = 1e-3
 """The SGD step size (no momentum, no weight decay)."""
@@ -182,6 +185,8 @@ class TrainingRow(TimedRow):
     first_step_s: float = math.nan
     first_loss: float = math.nan
     """The loss of the first step (all backends start from the same weights)."""
+    grad_error: float = math.nan
+    """The first step's gradients against eager's (:func:`gradient_error`)."""
     forward_nodes: tuple[int, int] | None = None
     """ortlab: ``(nodes in PyTorch, nodes)`` of its forward graphs."""
     backward_nodes: tuple[int, int] | None = None
@@ -207,20 +212,59 @@ def _ortlab_counts(backend: ortlab.backend.OrtBackend, row: TrainingRow) -> None
 
 
 def make_train_step(
-    call: Callable[..., torch.Tensor], target: nn.Module, args: tuple[torch.Tensor, ...]
+    call: Callable[..., torch.Tensor],
+    target: nn.Module,
+    args: tuple[torch.Tensor, ...],
+    *,
+    first_grads: list[torch.Tensor | None] | None = None,
 ) -> Callable[[], torch.Tensor]:
     """One SGD step of ``target`` through ``call``: forward with the loss, backward,
-    ``optimizer.step()``, ``zero_grad()``; returns the loss (detached)."""
+    ``optimizer.step()``, ``zero_grad()``; returns the loss (detached).
+
+    Args:
+        first_grads: Filled with a copy of each parameter's gradient (``None`` where it
+            has none) by the first step.
+    """
     optimizer = torch.optim.SGD(target.parameters(), lr=LEARNING_RATE)
 
     def step() -> torch.Tensor:
         loss = call(*args)
         loss.backward()
+        if first_grads is not None and not first_grads:
+            first_grads.extend(
+                None if p.grad is None else p.grad.detach().clone()
+                for p in target.parameters()
+            )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
     return step
+
+
+GRADIENT_SCALE_FLOOR = 1e-3
+"""A parameter's gradient error is relative to its largest eager gradient, or to this
+fraction of the model's largest, whichever is larger: a gradient that is zero in exact
+arithmetic (an attention key's bias) is rounding noise on both sides."""
+
+
+def gradient_error(
+    grads: Sequence[torch.Tensor | None], eager: Sequence[torch.Tensor | None]
+) -> float:
+    """The worst parameter's largest gradient difference from eager's, relative to its
+    scale (see :data:`GRADIENT_SCALE_FLOOR`); a gradient on one side only is ``inf``."""
+    scales = [0.0 if g is None or not g.numel() else float(g.abs().max()) for g in eager]
+    floor = GRADIENT_SCALE_FLOOR * max(scales, default=0.0)
+    worst = 0.0
+    for ours, theirs, scale in zip(grads, eager, scales, strict=True):
+        if ours is None or theirs is None:
+            if ours is not theirs:
+                return math.inf
+            continue
+        difference = _closeness.max_error(ours, theirs)
+        if difference:
+            worst = max(worst, difference / max(scale, floor) if scale or floor else math.inf)
+    return worst
 
 
 def bench_training_model(
@@ -237,6 +281,7 @@ def bench_training_model(
     model = LossOf(net, list(inputs))
     args = tuple(inputs.values())
     steps: dict[str, _engine.Step] = {}
+    grads: dict[str, list[torch.Tensor | None]] = {}
     load = _machine.machine_facts().get("load_avg_1m")
     for backend, row in rows.items():
         row.load_avg_1m = load
@@ -246,7 +291,8 @@ def bench_training_model(
             call, ortlab_backend = _backends.make_call(
                 backend, target, args, training=True, dynamic=None, ortlab_options={}
             )
-            step = make_train_step(call, target, args)
+            grads[backend] = []
+            step = make_train_step(call, target, args, first_grads=grads[backend])
             row.first_loss = float(step())
             row.first_step_s = time.perf_counter() - start
             if ortlab_backend is not None:
@@ -254,6 +300,11 @@ def bench_training_model(
             steps[backend] = step
         except Exception as e:  # a backend's failure is a row, never a crash
             row.error = errors.describe(e)
+    if grads.get("eager"):
+        for backend, theirs in grads.items():
+            if theirs:
+                rows[backend].grad_error = gradient_error(theirs, grads["eager"])
+    grads.clear()
     measured = _engine.measure(steps, _engine.Timing(**timing))
     for backend, m in measured.items():
         rows[backend].record(m)
@@ -267,28 +318,32 @@ def _nodes_text(counts: tuple[int, int] | None) -> str:
 def training_markdown(
     rows: Sequence[TrainingRow], *, machine: Mapping[str, Any], fast: bool = False
 ) -> str:
-    """The training report: a line per model (medians, ratios, what stayed eager), then
-    a row per backend, the machine and the errors."""
+    """The training report: a line per model (medians, ratios, gradients against eager's,
+    what stayed eager), then a row per backend, the machine and the errors."""
     by_model: dict[str, dict[str, TrainingRow]] = {}
     for row in rows:
         by_model.setdefault(row.model, {})[row.backend] = row
+    ours_run = [b for b in _OURS if any(b in runs for runs in by_model.values())]
     summary = []
     for name, runs in by_model.items():
         medians = {b: r.median_ms for b, r in runs.items() if not r.error}
         ours = runs.get("ortlab")
         eager_loss = runs["eager"].first_loss if "eager" in runs else math.nan
+
+        def ratio(b: str, to: str, medians: dict[str, float] = medians) -> str:
+            return _format.fmt_ratio(medians.get(b, math.nan) / medians.get(to, math.nan))
+
         summary.append(
             [
                 name,
                 *(
                     runs[b].spread() if b in runs else ""
-                    for b in ("eager", "inductor", "ortlab")
+                    for b in ("eager", "inductor", *ours_run)
                 ),
-                _format.fmt_ratio(
-                    medians.get("ortlab", math.nan) / medians.get("eager", math.nan)
-                ),
-                _format.fmt_ratio(
-                    medians.get("ortlab", math.nan) / medians.get("inductor", math.nan)
+                *(ratio(b, to) for b in ours_run for to in ("eager", "inductor")),
+                *(
+                    _format.fmt(runs[b].grad_error if b in runs else math.nan, "{:.1e}")
+                    for b in ours_run
                 ),
                 _nodes_text(ours.forward_nodes if ours else None),
                 _nodes_text(ours.backward_nodes if ours else None),
@@ -309,10 +364,15 @@ def training_markdown(
         "One training step: forward with the model's own loss, `loss.backward()`, "
         f"`SGD(lr={LEARNING_RATE}).step()` and `zero_grad()` (the optimizer in PyTorch for "
         f"every backend); median ms per step with p10–p90, {machine.get('torch_threads')} "
-        "threads, all backends of a model timed in one run, interleaved. `eager nodes` "
-        "are ortlab's ATen nodes that run in PyTorch, of all its forward (backward) "
-        "graphs' nodes; `partitions` its ONNX Runtime partitions in forward / backward; "
-        "`|Δ loss|` the first step's loss against eager's (same weights).",
+        "threads, all backends of a model timed in one run, interleaved. "
+        "`ortlab-openvino` is ortlab with OpenVINO's plugin provider preferred (each "
+        "session on it or on the CPU provider, whichever was faster). `grad error`: the "
+        "first step's gradients against eager's, the worst parameter's largest "
+        "difference relative to its largest eager gradient (or to a thousandth of the "
+        "model's largest, if larger). `eager nodes` are ortlab's "
+        "ATen nodes that run in PyTorch, of all its forward (backward) graphs' nodes; "
+        "`partitions` its ONNX Runtime partitions in forward / backward; `|Δ loss|` the "
+        "first step's loss against eager's (same weights).",
         "",
         *(f"- {text}" for text in described),
         "",
@@ -321,9 +381,9 @@ def training_markdown(
                 "model",
                 "eager ms",
                 "inductor ms",
-                "ortlab ms",
-                "ortlab / eager",
-                "ortlab / inductor",
+                *(f"{b} ms" for b in ours_run),
+                *(f"{b} / {to}" for b in ours_run for to in ("eager", "inductor")),
+                *(f"grad error, {b}" for b in ours_run),
                 "eager nodes, forward",
                 "eager nodes, backward",
                 "partitions",
@@ -383,7 +443,15 @@ def run_training(
             )
     specs = [known[n] for n in models] if models is not None else list(TRAINING_MODELS)
     if backends is None:
-        backends = tuple(b for b in TRAINING_BACKENDS if not (fast and b == "inductor"))
+        backends = tuple(
+            b
+            for b in TRAINING_BACKENDS
+            if not (fast and b == "inductor")
+            and not (
+                b == _backends.ORTLAB_OPENVINO
+                and _backends.OPENVINO_PROVIDER not in ortlab.backend.available_providers()
+            )
+        )
     backends = _backends.check_backends(backends)
     if any(b.startswith("ort") and not b.startswith("ortlab") for b in backends):
         raise errors.UnsupportedOptionError(
