@@ -5,6 +5,7 @@ per session."""
 from __future__ import annotations
 
 import copy
+import html
 import types
 import warnings
 
@@ -17,6 +18,7 @@ from torch import nn
 import ortlab
 from ortlab import errors
 from ortlab.backend import _build, _plugins, _session
+from ortlab.views import _fragments
 
 pytest.importorskip("onnxruntime_ep_openvino")  # installed with the test extra
 
@@ -88,6 +90,8 @@ def test_a_training_step_on_openvino_matches_eager_and_each_session_says_where_i
         assert kept in (OPENVINO, _session.CPU)
         assert f"ms {OPENVINO} vs" in session.provider_note  # both were timed
         assert session.providers[0] == kept
+        info = html.unescape(_fragments.onnx_model_info(session))
+        assert f"{', '.join(session.providers)} ({session.provider_note})" in info
 
 
 class _Block(nn.Module):

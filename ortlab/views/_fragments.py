@@ -320,7 +320,7 @@ def onnx_model_info(
         ),
         ("IR version", model.ir_version),
         ("model bytes", session.model_bytes),
-        ("providers", ", ".join(session.providers)),
+        ("providers", _providers_text(session)),
         ("export", f"{session.export_method}, {session.export_seconds * 1e3:.1f} ms"),
         ("session creation", f"{session.session_seconds * 1e3:.1f} ms"),
         ("intra-op threads", _threads_text(session)),
@@ -339,6 +339,11 @@ def onnx_model_info(
         '<table class="ortlab"><tbody><tr><td>inputs</td>'
         f"<td>{inputs}</td></tr></tbody></table>" + _html.table(("", ""), rows)
     )
+
+
+def _providers_text(session: records.SessionRecord) -> str:
+    providers = ", ".join(session.providers)
+    return f"{providers} ({session.provider_note})" if session.provider_note else providers
 
 
 def _threads_text(session: records.SessionRecord) -> str:
