@@ -51,6 +51,12 @@ def test_openvino_runs_a_session_in_float32():
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
 
 
+def test_the_split_searchs_quiet_trial_sessions_run_on_the_plugin():
+    options = _session.trial_session_options(1)
+    session = _session.create_session(_matmul_model(8), [(OPENVINO, {})], options, 1)
+    assert session.get_providers()[0] == OPENVINO
+
+
 def test_a_load_config_of_the_users_own_is_kept():
     given = {"load_config": '{"CPU": {"INFERENCE_NUM_THREADS": "1"}}'}
     assert _plugins.provider_options(OPENVINO, given, 2) == given

@@ -216,8 +216,10 @@ def _plugin_session(
     threads: int | None,
     disabled_optimizers: Sequence[str],
 ) -> onnxruntime.InferenceSession:
-    """A session on plugin providers (see ``_plugins``): always on options of its own,
-    which carry the providers (ONNX Runtime's CPU provider runs what they do not take)."""
+    """A session on plugin providers (see ``_plugins``), put on ``session_options`` (made
+    by ortlab for this session: ``OrtBackendOptions`` refuses a plugin provider with the
+    user's, which would gather a provider per session) or on ortlab's defaults; ONNX
+    Runtime's CPU provider runs what they do not take."""
     import onnxruntime
 
     others = [name for name, _ in providers if name != CPU and not _plugins.is_plugin(name)]
@@ -226,10 +228,8 @@ def _plugin_session(
             f"plugin providers ({', '.join(n for n, _ in plugins)}) cannot share a session "
             f"with {', '.join(others)}: name one or the other"
         )
-    if session_options is not None:  # refused by OrtBackendOptions; a caller's mistake
-        raise errors.SessionError("plugin providers need ortlab's own session options")
     count = threads or max(1, torch.get_num_threads())
-    options = default_session_options(count)
+    options = session_options or default_session_options(count)
     _plugins.add_providers(options, plugins, count)
     try:
         return onnxruntime.InferenceSession(
