@@ -176,3 +176,35 @@ def test_an_index_out_of_its_dim_is_still_an_error(data, bad):
     plain = np.where(index < 0, index + np.array(data[: index.shape[-1]]), index)
     if (plain >= 0).all() and (plain < np.array(data[: index.shape[-1]])).all():
         pytest.fail("the case must be out of bounds")
+
+
+def test_a_scatter_nd_into_rows_of_nothing_is_kept_and_runs():
+    # Reshape refuses -1 beside a 0; with nothing in a row there is nothing to add.
+    model, replaced = _rewritten(_scatter_nd_model([4, 0], [3, 1], [3, 0], "add"))
+    assert replaced == 0
+    feeds = {
+        "d": np.zeros((4, 0), np.float32),
+        "i": np.array([[0], [1], [1]], dtype=np.int64),
+        "u": np.zeros((3, 0), np.float32),
+    }
+    assert _run(model, feeds, threads=2).shape == (4, 0)
+
+
+def test_the_re_tracing_exporters_model_gets_the_same_rewrite(monkeypatch):
+    from ortlab.backend import _torch_private
+
+    monkeypatch.setattr(_torch_private, "DIRECT_TRANSLATION_ERROR", "forced by the test")
+    table = torch.randn(50, 64)
+
+    def accumulate(index, values):
+        return table.index_put((index,), values, accumulate=True)
+
+    compiled = ortlab.compile(accumulate, options={"intra_op_threads": 2})
+    index, values = torch.randint(0, 3, (1024,)), torch.rand(1024, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(index, values), accumulate(index, values))
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.export_method == "retrace"
+    assert session.onnx_passes == {"ScatterNDAsElements": True}
+    ops = [n.op_type for n in session.model.graph.node]
+    assert "ScatterElements" in ops and "ScatterND" not in ops

@@ -12,12 +12,15 @@ run in one ``Sequential`` (:class:`CleanUps`) whose results the session records.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from ortlab.backend import _fusions, records
+
+if TYPE_CHECKING:
+    import onnx
 
 _GEMM_TRANSPOSE_ATTRS = ((0, "transA"), (1, "transB"))
 
@@ -411,7 +414,10 @@ def _inferred_shapes(model: ir.Model) -> dict[str, ir.Shape]:
     functions leave the values inside them without one)."""
     import onnx
 
-    proto = onnx.shape_inference.infer_shapes(ir.serde.serialize_model(model))
+    try:
+        proto = onnx.shape_inference.infer_shapes(ir.serde.serialize_model(model))
+    except Exception:  # e.g. over protobuf's 2 GiB: the ScatterNDs stay as they are
+        return {}
     shapes = {}
     for info in (*proto.graph.value_info, *proto.graph.input, *proto.graph.output):
         if info.type.tensor_type.HasField("shape"):
@@ -434,6 +440,8 @@ def _scatter_nd_as_elements(
     rank, depth = len(data_shape), indices_shape[-1]
     if not isinstance(depth, int) or not 1 <= depth <= rank:
         return None
+    if 0 in list(data_shape)[depth:]:  # rows of nothing: nothing to add, no race
+        return None  # (and Reshape refuses -1 beside a 0)
     made: list[ir.Node] = []
 
     def add(op: str, inputs: list[ir.Value], **attributes: Any) -> ir.Value:
@@ -521,6 +529,20 @@ def scatter_nd_as_elements(model: ir.Model) -> int:
         result.name = old.name
         replaced += 1
     return replaced
+
+
+def scatter_nd_as_elements_proto(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """:func:`scatter_nd_as_elements` on a ``ModelProto`` (the re-tracing exporter's):
+    the model, rewritten or as given, and whether it was rewritten."""
+    if not any(
+        n.op_type == "ScatterND" and any(a.name == "reduction" for a in n.attribute)
+        for n in proto.graph.node
+    ):
+        return proto, False
+    model = ir.serde.deserialize_model(proto)
+    if not scatter_nd_as_elements(model):
+        return proto, False
+    return ir.serde.serialize_model(model), True
 
 
 class ScatterNDAsElements(ir.passes.InPlacePass):
