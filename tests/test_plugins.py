@@ -16,7 +16,6 @@ from onnx import TensorProto, helper
 from torch import nn
 
 import ortlab
-from ortlab import errors
 from ortlab.backend import _build, _plugins, _session
 from ortlab.views import _fragments
 
@@ -187,16 +186,86 @@ def test_a_cached_session_runs_where_the_first_process_chose(tmp_path, monkeypat
     assert session.export_method == "cache"
 
 
-def test_a_plugin_provider_with_session_options_of_the_users_is_refused():
+def test_the_users_session_options_are_read_and_left_as_they_are():
     import onnxruntime
 
-    with pytest.raises(
-        errors.UnsupportedOptionError, match=r"plugin provider.*intra_op_threads"
-    ):
-        ortlab.backend.OrtBackendOptions(
-            preferred_execution_providers=[OPENVINO],
-            ort_session_options=onnxruntime.SessionOptions(),
+    given = onnxruntime.SessionOptions()
+    given.log_severity_level = 4
+    given.intra_op_num_threads = 1
+    for _ in range(2):  # a provider added to the options would refuse the second
+        session = _session.create_session(_matmul_model(8), [(OPENVINO, {})], given, None)
+        assert session.get_providers()[0] == OPENVINO
+    assert given.log_severity_level == 4 and given.intra_op_num_threads == 1
+    options = ortlab.backend.OrtBackendOptions(
+        preferred_execution_providers=[OPENVINO], ort_session_options=given
+    )
+    compiled = ortlab.compile(nn.Linear(8, 4), options=options.replace(compile_cache=False))
+    with torch.no_grad():
+        compiled(torch.randn(2, 8))
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.provider_note.split(":")[0] in (OPENVINO, _session.CPU)
+
+
+def test_a_float64_model_stays_on_the_cpu_provider():
+    model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 8)).double()
+    options = {"preferred_execution_providers": [OPENVINO], "compile_cache": False}
+    compiled = ortlab.compile(model, options=options)
+    x = torch.randn(4, 64, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-12, atol=1e-14)
+    (session,) = compiled.ortlab_backend.sessions
+    assert session.providers == (_session.CPU,)
+    assert session.provider_note == (
+        f"{_session.CPU}: the model computes in float64, which {OPENVINO} computes in float32"
+    )
+
+
+def test_a_plugin_that_cannot_run_the_model_gives_way_to_the_cpu_provider():
+    class _Failing:
+        def run(self, args):
+            raise RuntimeError("Tensor data equal nullptr")
+
+    clock, value = _Clock(), torch.ones(3)
+    cpu = _FakeRunner(clock, 1e-3, value)
+    runner, note = _build._plugin_or_cpu(_request(value), _Failing(), lambda: cpu, clock=clock)
+    assert runner is cpu
+    failed = "RuntimeError: Tensor data equal nullptr"
+    assert note == f"{_session.CPU}: {OPENVINO} failed to run it ({failed})"
+
+
+def test_cuda_tensors_keep_the_cuda_provider_when_a_plugin_is_preferred():
+    chosen = _session.select_providers(
+        preferred=[(OPENVINO, {})],
+        inferred=(_session.CUDA,),
+        default=None,
+        available=(_session.CUDA, _session.CPU, OPENVINO),
+        warned=set(),
+    )
+    assert [name for name, _ in chosen] == [_session.CUDA, _session.CPU]
+
+
+def test_the_compile_cache_key_pins_the_plugins_version(monkeypatch):
+    from ortlab.backend import _cache
+
+    graph = torch.fx.symbolic_trace(nn.Linear(4, 2))
+    options = ortlab.backend.OrtBackendOptions()
+
+    def key() -> str:
+        return _cache.partition_key(
+            graph_module=graph,
+            args=(torch.randn(2, 4),),
+            static=False,
+            frozen={},
+            options=options,
+            providers=[(OPENVINO, {}), (_session.CPU, {})],
+            fuse=False,
+            optimize=False,
+            threads=2,
         )
+
+    first = key()
+    monkeypatch.setattr(_plugins, "versions", lambda names: ["onnxruntime-ep-openvino==9"])
+    assert key() != first
 
 
 def test_a_missing_plugin_provider_is_skipped_saying_what_to_install(monkeypatch):

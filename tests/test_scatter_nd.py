@@ -117,9 +117,10 @@ class _TokenTypes(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.types = nn.Embedding(2, 64)
-        self.words = nn.Embedding(100, 64)
-        self.out = nn.Linear(64, 3)
+        # 256 wide: ONNX Runtime's ScatterND raced on [2, 256] rows, not on [2, 64].
+        self.types = nn.Embedding(2, 256)
+        self.words = nn.Embedding(100, 256)
+        self.out = nn.Linear(256, 3)
 
     def forward(self, words, types):
         return self.out(self.words(words) + self.types(types)).logsumexp(-1).mean()
@@ -129,8 +130,8 @@ def test_an_embedding_read_by_every_token_gets_its_whole_gradient_on_two_threads
     torch.manual_seed(0)
     model = _TokenTypes()
     reference = copy.deepcopy(model)
-    words = torch.randint(0, 100, (16, 64))
-    types = torch.zeros(16, 64, dtype=torch.long)
+    words = torch.randint(0, 100, (8, 128))
+    types = torch.zeros(8, 128, dtype=torch.long)
     compiled = ortlab.compile(model, options={"intra_op_threads": 2})
     compiled(words, types).backward()
     reference(words, types).backward()
@@ -208,3 +209,27 @@ def test_the_re_tracing_exporters_model_gets_the_same_rewrite(monkeypatch):
     assert session.onnx_passes == {"ScatterNDAsElements": True}
     ops = [n.op_type for n in session.model.graph.node]
     assert "ScatterElements" in ops and "ScatterND" not in ops
+
+
+@pytest.mark.parametrize(
+    ("data", "indices", "updates"),
+    [([3, 0, 4], [2, 1], [2, 0, 4]), ([3, 0], [0, 2], [0])],
+    ids=["a-0-in-the-rows", "a-0-in-the-indexed-dims"],
+)
+def test_a_scatter_nd_into_nothing_is_kept(data, indices, updates):
+    model, replaced = _rewritten(_scatter_nd_model(data, indices, updates, "add"))
+    assert replaced == 0
+    feeds = {
+        "d": np.zeros(data, np.float32),
+        "i": np.zeros(indices, dtype=np.int64),
+        "u": np.zeros(updates, np.float32),
+    }
+    assert _run(model, feeds, threads=2).shape == tuple(data)
+
+
+def test_indices_without_a_shape_get_one_from_shape_inference():
+    proto = _scatter_nd_model([5, 3], [4, 1], [4, 3], "add", shapes=False)
+    ir_model = ir.serde.deserialize_model(proto)
+    data = next(n for n in ir_model.graph if n.op_type == "ScatterND").inputs[0]
+    data.shape = ir.Shape([5, 3])  # the data's shape known, the indices' not
+    assert _passes.scatter_nd_as_elements(ir_model) == 1

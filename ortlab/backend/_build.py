@@ -580,6 +580,14 @@ def _open(request: Request, model: onnx.ModelProto, runner_kwargs: dict[str, Any
             return _Opened(graphed, _threads.initial(options, providers[0][0])[0], "")
 
     inexact = _session.inexact_optimizers(model)
+    declined = ""
+    if _plugins.is_plugin(providers[0][0]) and _plugins.inexact_for(model):
+        # The plugin's check against PyTorch, at float32's tolerance, would pass it.
+        declined = (
+            f"{_session.CPU}: the model computes in float64, which {providers[0][0]} "
+            "computes in float32"
+        )
+        providers = [(_session.CPU, {})]
 
     def make(threads: int | None, on: Sequence[_session.Provider]) -> _runtime.OrtRunner:
         made = _session.create_session(
@@ -593,11 +601,17 @@ def _open(request: Request, model: onnx.ModelProto, runner_kwargs: dict[str, Any
         functools.partial(make, on=providers),
         run=lambda r: r.run(request.args),
     )
+    if declined:
+        return _Opened(runner, choice, graph_note, declined, True)
     if not _plugins.is_plugin(providers[0][0]):
         return _Opened(runner, choice, graph_note)
     kept, note = _plugin_or_cpu(
         request, runner, lambda: make(choice.threads, [(_session.CPU, {})])
     )
+    if kept is not runner and choice.threads is not None:
+        choice = dataclasses.replace(
+            choice, note=f"{choice.threads} threads: not probed (the providers were compared)"
+        )
     return _Opened(kept, choice, graph_note, note, kept is not runner)
 
 
@@ -613,9 +627,13 @@ def _plugin_or_cpu(
     runs it), then both are timed on the first inputs (``_choose.faster``, however long a
     run takes) and the faster is kept; with a note saying which and why."""
     name = request.providers[0][0]
+    try:
+        outputs = runner.run(request.args)
+    except Exception as e:  # the plugin took the model but cannot run it
+        return make_cpu(), f"{_session.CPU}: {name} failed to run it ({errors.describe(e)})"
     expected = _eager_outputs(request)
     if expected is not None:
-        why = _fusions.disagreement(runner.run(request.args), expected)
+        why = _fusions.disagreement(outputs, expected)
         if why:
             note = f"{_session.CPU}: {name}'s outputs differ from PyTorch's ({why})"
             return make_cpu(), note

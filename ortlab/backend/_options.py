@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from ortlab import errors
-from ortlab.backend import _plugins, _torch_private
+from ortlab.backend import _torch_private
 
 MIN_OPSET = 18
 """Oldest opset torchlib's translations exist for (``TORCHLIB_OPSET`` in the exporter)."""
@@ -244,8 +244,9 @@ class OrtBackendOptions:
     """Execution providers tried first, before the ones inferred from devices. Each is a
     name (``"CUDAExecutionProvider"``) or a ``(name, provider_options)`` pair. A plugin
     provider (``"OpenVINOExecutionProvider"``, ``pip install 'ortlab[openvino]'``) runs
-    CPU partitions: each session on it is checked against PyTorch and timed against
-    ONNX Runtime's CPU provider on its first inputs, and the faster one runs it
+    CPU partitions (a CUDA partition keeps the CUDA provider): each session on it is
+    checked against PyTorch and timed against ONNX Runtime's CPU provider on its first
+    inputs, and the faster one runs it; float64 models stay on the CPU provider
     (``SessionRecord.provider_note`` says which, and why)."""
 
     infer_execution_providers: bool = True
@@ -472,19 +473,6 @@ class OrtBackendOptions:
                     f"onnxruntime.SessionOptions; got {type(self.ort_session_options)!r}."
                 )
             _check_session_options(self.ort_session_options)
-            named = [
-                *(self.preferred_execution_providers or ()),
-                *(self.default_execution_providers or ()),
-            ]  # normalized above: (name, options) pairs
-            plugins = [ep[0] for ep in named if _plugins.is_plugin(ep[0])]
-            if plugins:
-                raise errors.UnsupportedOptionError(
-                    f"OrtBackendOptions: {plugins[0]} is a plugin provider, which ortlab "
-                    "puts on session options of its own; it cannot use "
-                    "ort_session_options. Leave ort_session_options unset (set threads "
-                    "with intra_op_threads, the provider's own settings as its options: "
-                    f'("{plugins[0]}", {{...}})).'
-                )
         threads = self.intra_op_threads
         if threads != "auto" and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1

@@ -12,6 +12,7 @@ run in one ``Sequential`` (:class:`CleanUps`) whose results the session records.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
@@ -21,6 +22,8 @@ from ortlab.backend import _fusions, records
 
 if TYPE_CHECKING:
     import onnx
+
+logger = logging.getLogger(__name__)
 
 _GEMM_TRANSPOSE_ATTRS = ((0, "transA"), (1, "transB"))
 
@@ -440,8 +443,8 @@ def _scatter_nd_as_elements(
     rank, depth = len(data_shape), indices_shape[-1]
     if not isinstance(depth, int) or not 1 <= depth <= rank:
         return None
-    if 0 in list(data_shape)[depth:]:  # rows of nothing: nothing to add, no race
-        return None  # (and Reshape refuses -1 beside a 0)
+    if 0 in list(data_shape):  # nothing to write into: nothing to add, no race (and
+        return None  # Reshape refuses -1 beside a 0, and reads a 0 as "keep that dim")
     made: list[ir.Node] = []
 
     def add(op: str, inputs: list[ir.Value], **attributes: Any) -> ir.Value:
@@ -514,12 +517,13 @@ def scatter_nd_as_elements(model: ir.Model) -> int:
         and node.attributes["reduction"].as_string() != "none"
     ]
     shapes: dict[str, ir.Shape] = {}
-    if any(n.inputs[0] is None or n.inputs[0].shape is None for n in reducing):
+    if any(v is None or v.shape is None for n in reducing for v in n.inputs[:2]):
         shapes = _inferred_shapes(model)
     replaced = 0
     for node in reducing:
         made = _scatter_nd_as_elements(node, shapes)
         if made is None:
+            logger.debug("reducing ScatterND %s kept (ranks unknown, or a size 0)", node.name)
             continue
         old, result = node.outputs[0], made[-1].outputs[0]
         result.type, result.shape = old.type, old.shape

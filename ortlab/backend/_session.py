@@ -78,9 +78,12 @@ def select_providers(
         *((ep, {}) for ep in inferred),
         *(default if default is not None else ((CPU, {}),)),
     ]
+    cuda = CUDA in inferred
     for name, opts in candidates:
         if name in names:
             continue
+        if cuda and _plugins.is_plugin(name):
+            continue  # it runs CPU tensors only: CUDA partitions go to the CUDA provider
         if name not in available:
             if name not in warned:
                 warned.add(name)
@@ -216,10 +219,11 @@ def _plugin_session(
     threads: int | None,
     disabled_optimizers: Sequence[str],
 ) -> onnxruntime.InferenceSession:
-    """A session on plugin providers (see ``_plugins``), put on ``session_options`` (made
-    by ortlab for this session: ``OrtBackendOptions`` refuses a plugin provider with the
-    user's, which would gather a provider per session) or on ortlab's defaults; ONNX
-    Runtime's CPU provider runs what they do not take."""
+    """A session on plugin providers (see ``_plugins``); ONNX Runtime's CPU provider runs
+    what they do not take. The providers go on options of the session's own (ortlab's
+    defaults with the settings of ``session_options`` that can be read: the listed
+    attributes, not config entries): ``add_provider_for_devices`` changes the options it
+    is called on, and a second session on the same options is refused."""
     import onnxruntime
 
     others = [name for name, _ in providers if name != CPU and not _plugins.is_plugin(name)]
@@ -229,7 +233,11 @@ def _plugin_session(
             f"with {', '.join(others)}: name one or the other"
         )
     count = threads or max(1, torch.get_num_threads())
-    options = session_options or default_session_options(count)
+    options = default_session_options(count)
+    if session_options is not None:
+        for name in _DESCRIBED:
+            setattr(options, name, getattr(session_options, name))
+        count = options.intra_op_num_threads or count
     _plugins.add_providers(options, plugins, count)
     try:
         return onnxruntime.InferenceSession(

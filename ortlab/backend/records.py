@@ -331,7 +331,11 @@ class SessionRecord:
             ("partition", f"{self.partition_name} (session {self.index})"),
             ("inputs", ", ".join(self.input_schema)),
             ("outputs", ", ".join(self.output_schema)),
-            ("providers", ", ".join(self.providers)),
+            (
+                "providers",
+                ", ".join(self.providers)
+                + (f" ({self.provider_note})" if self.provider_note else ""),
+            ),
             ("ONNX nodes", self.onnx_node_count),
             ("model bytes", self.model_bytes),
             ("export", f"{self.export_method}, {self.export_seconds * 1e3:.1f} ms"),
