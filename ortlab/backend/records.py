@@ -235,8 +235,9 @@ class SessionRecord:
     provider_note: str | None = None
     """With a plugin provider preferred (OpenVINO's), which provider runs this session
     and why: both timed on the first inputs ("CPUExecutionProvider: 712.4 ms
-    OpenVINOExecutionProvider vs 121.0 ms CPUExecutionProvider ..."), or the plugin's
-    outputs that differed from PyTorch's. ``None`` without a plugin provider."""
+    OpenVINOExecutionProvider vs 121.0 ms CPUExecutionProvider ..."), or why the plugin
+    was not used (its outputs differed from PyTorch's, it failed to run the model, the
+    model computes in float64). ``None`` without a plugin provider."""
     fusions: dict[str, int] = dataclasses.field(default_factory=dict)
     """ONNX Runtime fused operators the model was rewritten with, by fusion
     (``{"skip_layer_normalization": 4, "attention": 2}``; option ``ort_fusions``)."""
