@@ -659,10 +659,15 @@ def _regrown(
     threads: int,
     runner_kwargs: dict[str, Any],
 ) -> _runtime.OrtRunner:
-    """The same session with ``threads`` threads (see :attr:`Built.regrow`)."""
+    """The same session with ``threads`` threads (see :attr:`Built.regrow`). Only a
+    session on the CPU provider is probed, so with a plugin provider preferred the
+    session is the one the plugin gave way to (a float64 model)."""
+    providers = request.providers
+    if _plugins.is_plugin(providers[0][0]):
+        providers = [(_session.CPU, {})]
     session = _session.create_session(
         model.SerializeToString(),
-        request.providers,
+        providers,
         request.options.ort_session_options,
         threads,
         disabled_optimizers=_session.inexact_optimizers(model),
