@@ -172,23 +172,3 @@ def versions(provider_names: list[str]) -> list[str]:
     """``"package==version"`` of each plugin among ``provider_names`` (for cache keys)."""
     table = installed()
     return [f"{table[n].package}=={table[n].version}" for n in provider_names if n in table]
-
-
-def inexact_for(model: Any) -> bool:
-    """The model (an ``onnx.ModelProto``) has float64 values, which OpenVINO computes in
-    float32: a float64 MLP came back 1e-6 off, where the CPU provider is exact to 1e-15."""
-    import onnx
-
-    double = onnx.TensorProto.DOUBLE
-    graph = model.graph
-    values = (*graph.input, *graph.output, *graph.value_info)
-    return (
-        any(v.type.tensor_type.elem_type == double for v in values)
-        or any(t.data_type == double for t in graph.initializer)
-        or any(
-            a.name == "to" and a.i == double
-            for n in graph.node
-            if n.op_type == "Cast"
-            for a in n.attribute
-        )
-    )

@@ -151,16 +151,14 @@ def trial_session_options(threads: int | None = None) -> onnxruntime.SessionOpti
 _FLOAT64_INEXACT = ("MatMulScaleFusion",)
 
 
-def inexact_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
-    """ONNX Runtime optimizers this model must be made without (see the NOTE above):
-    those that round float64 to float32, when the model has a float64 input, output,
-    initializer or cast."""
+def computes_in_float64(model: onnx.ModelProto) -> bool:
+    """The model has a float64 input, output, intermediate value, initializer or cast."""
     import onnx
 
     double = onnx.TensorProto.DOUBLE
     graph = model.graph
-    values = (*graph.input, *graph.output)
-    if (
+    values = (*graph.input, *graph.output, *graph.value_info)
+    return (
         any(v.type.tensor_type.elem_type == double for v in values)
         or any(t.data_type == double for t in graph.initializer)
         or any(
@@ -169,9 +167,13 @@ def inexact_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
             if n.op_type == "Cast"
             for a in n.attribute
         )
-    ):
-        return _FLOAT64_INEXACT
-    return ()
+    )
+
+
+def inexact_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
+    """ONNX Runtime optimizers this model must be made without (see the NOTE above):
+    those that round float64 to float32, when it :func:`computes_in_float64`."""
+    return _FLOAT64_INEXACT if computes_in_float64(model) else ()
 
 
 def create_session(
