@@ -23,6 +23,11 @@ pytest.importorskip("onnxruntime_ep_openvino")  # installed with the test extra
 
 OPENVINO = _plugins.OPENVINO
 
+needs_device = pytest.mark.skipif(
+    bool(_plugins.unusable(OPENVINO)),
+    reason=f"OpenVINO's plugin cannot run here: {_plugins.unusable(OPENVINO)}",
+)
+
 
 def _matmul_model(n: int = 256) -> bytes:
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])
@@ -37,6 +42,7 @@ def _matmul_model(n: int = 256) -> bytes:
     return model.SerializeToString()
 
 
+@needs_device
 def test_openvino_runs_a_session_in_float32():
     assert OPENVINO in _plugins.installed()
     assert OPENVINO in _session.available_providers()
@@ -50,12 +56,14 @@ def test_openvino_runs_a_session_in_float32():
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
 
 
+@needs_device
 def test_the_split_searchs_quiet_trial_sessions_run_on_the_plugin():
     options = _session.trial_session_options(1)
     session = _session.create_session(_matmul_model(8), [(OPENVINO, {})], options, 1)
     assert session.get_providers()[0] == OPENVINO
 
 
+@needs_device
 def test_a_load_config_of_the_users_own_is_kept():
     given = {"load_config": '{"CPU": {"INFERENCE_NUM_THREADS": "1"}}'}
     assert _plugins.provider_options(OPENVINO, given, 2) == given
@@ -75,6 +83,7 @@ class _Net(nn.Module):
         return nn.functional.cross_entropy(logits, labels.flatten())
 
 
+@needs_device
 def test_a_training_step_on_openvino_matches_eager_and_each_session_says_where_it_runs():
     torch.manual_seed(0)
     model = _Net()
@@ -108,7 +117,9 @@ class _Block(nn.Module):
         return self.norm(nn.functional.gelu(self.linear(x)) + residual)
 
 
-@pytest.mark.parametrize("providers", [[], [OPENVINO]], ids=["cpu", "openvino"])
+@pytest.mark.parametrize(
+    "providers", [[], pytest.param([OPENVINO], marks=needs_device)], ids=["cpu", "openvino"]
+)
 def test_onnx_runtimes_fused_operators_are_not_made_for_a_plugin(providers):
     options = {"preferred_execution_providers": providers, "ort_fusions": True}
     compiled = ortlab.compile(_Block().eval(), options={**options, "compile_cache": False})
@@ -169,6 +180,7 @@ def test_a_plugin_whose_outputs_differ_from_pytorchs_gives_way_to_the_cpu_provid
     assert note.startswith(f"{_session.CPU}: {OPENVINO}'s outputs differ from PyTorch's")
 
 
+@needs_device
 def test_a_cached_session_runs_where_the_first_process_chose(tmp_path, monkeypatch):
     def cpu_instead(request, runner, make_cpu, **_):
         return make_cpu(), f"{_session.CPU}: chosen"
@@ -186,6 +198,7 @@ def test_a_cached_session_runs_where_the_first_process_chose(tmp_path, monkeypat
     assert session.export_method == "cache"
 
 
+@needs_device
 def test_the_users_session_options_are_read_and_left_as_they_are():
     import onnxruntime
 
@@ -206,6 +219,7 @@ def test_the_users_session_options_are_read_and_left_as_they_are():
     assert session.provider_note.split(":")[0] in (OPENVINO, _session.CPU)
 
 
+@needs_device
 def test_a_float64_model_stays_on_the_cpu_provider():
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 8)).double()
     options = {"preferred_execution_providers": [OPENVINO], "compile_cache": False}
@@ -282,3 +296,51 @@ def test_a_missing_plugin_provider_is_skipped_saying_what_to_install(monkeypatch
     assert chosen == [(_session.CPU, {})]
     (warning,) = caught
     assert "pip install 'ortlab[openvino]'" in str(warning.message)
+
+
+def test_a_plugin_with_no_device_here_is_skipped_saying_why(monkeypatch):
+    import onnxruntime
+
+    registered = []
+    monkeypatch.setattr(_plugins, "_registered", {})
+    monkeypatch.setattr(_plugins, "_devices", lambda name: [])
+    monkeypatch.setattr(
+        onnxruntime,
+        "register_execution_provider_library",
+        lambda name, path: registered.append(name),
+    )
+    available = _session.available_providers()
+    assert OPENVINO not in available and _session.CPU in available
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chosen = _session.select_providers(
+            preferred=[(OPENVINO, {})],
+            inferred=(),
+            default=None,
+            available=available,
+            warned=set(),
+        )
+    assert chosen == [(_session.CPU, {})]
+    (warning,) = caught
+    message = str(warning.message)
+    assert f"{OPENVINO!r} cannot run here: onnxruntime-ep-openvino" in message
+    assert "lists no CPU device on this processor (vendor " in message
+    assert "pip install" not in message  # it is installed
+    with pytest.raises(ortlab.errors.SessionError, match="lists no CPU device"):
+        _plugins.cpu_devices(OPENVINO)
+    assert registered == [OPENVINO]  # once per process
+
+
+def test_a_plugin_that_cannot_be_registered_says_so(monkeypatch):
+    import onnxruntime
+
+    def refuse(name, path):
+        raise RuntimeError("bad library")
+
+    monkeypatch.setattr(_plugins, "_registered", {})
+    monkeypatch.setattr(_plugins, "_devices", lambda name: [])
+    monkeypatch.setattr(onnxruntime, "register_execution_provider_library", refuse)
+    assert _plugins.names() == ()
+    why = _plugins.unusable(OPENVINO)
+    assert why.startswith("onnxruntime-ep-openvino ") and "could not be registered" in why
+    assert "RuntimeError: bad library" in why

@@ -101,39 +101,69 @@ def is_plugin(name: str) -> bool:
 
 
 def names() -> tuple[str, ...]:
-    """The plugin providers installed here."""
-    return tuple(installed())
+    """The plugin providers installed here that can run sessions here
+    (:func:`unusable`)."""
+    return tuple(n for n in installed() if not unusable(n))
 
 
 _lock = threading.Lock()
+_registered: dict[str, str] = {}
+"""Plugin provider name -> why it cannot run sessions here (``""``: it can)."""
+
+
+def unusable(name: str) -> str:
+    """Why installed plugin provider ``name`` cannot run sessions here (``""`` when it
+    can): its library could not be registered, or it lists no CPU device. The library is
+    registered on the first call (once per process; one the user registered already is
+    used as it is)."""
+    with _lock:
+        if name not in _registered:
+            _registered[name] = _register(installed()[name])
+        return _registered[name]
+
+
+def _register(plugin: Plugin) -> str:
+    """Registers ``plugin``'s library; why it cannot be used (``""``: it can)."""
+    import onnxruntime
+
+    if not _devices(plugin.name):
+        try:
+            onnxruntime.register_execution_provider_library(plugin.name, plugin.library)
+        except Exception as e:
+            if not _devices(plugin.name):
+                return (
+                    f"{plugin.package} {plugin.version} could not be registered with "
+                    f"onnxruntime {onnxruntime.__version__} ({errors.describe(e)})"
+                )
+    if not _devices(plugin.name):
+        # OpenVINO's plugin 1.8.1 lists none on an AMD EPYC (Zen 4, AVX-512).
+        return (
+            f"{plugin.package} {plugin.version} lists no CPU device on this processor "
+            f"({_cpu_vendor()})"
+        )
+    return ""
+
+
+def _cpu_vendor() -> str:
+    """The processor's vendor, as ONNX Runtime reads it."""
+    import onnxruntime
+
+    cpu = onnxruntime.OrtHardwareDeviceType.CPU
+    vendors = {d.device.vendor for d in onnxruntime.get_ep_devices() if d.device.type == cpu}
+    return f"vendor {', '.join(sorted(vendors))}" if vendors else "vendor unknown"
 
 
 def cpu_devices(name: str) -> list[Any]:
-    """The CPU devices of plugin provider ``name``, its library registered first (once
-    per process; a library the user registered already is used as it is).
+    """The CPU devices of plugin provider ``name`` (its library registered first, see
+    :func:`unusable`).
 
     Raises:
-        SessionError: the library cannot be registered, or serves no CPU device.
+        SessionError: the library cannot be registered, or lists no CPU device.
     """
-    import onnxruntime
-
-    plugin = installed()[name]
-    with _lock:
-        if not _devices(name):
-            try:
-                onnxruntime.register_execution_provider_library(name, plugin.library)
-            except Exception as e:
-                if not _devices(name):
-                    raise errors.SessionError(
-                        f"{plugin.package} {plugin.version} could not be registered with "
-                        f"onnxruntime {onnxruntime.__version__} ({errors.describe(e)})"
-                    ) from e
-    devices = _devices(name)
-    if not devices:
-        raise errors.SessionError(
-            f"{name} ({plugin.package} {plugin.version}) serves no CPU device here"
-        )
-    return devices
+    why = unusable(name)
+    if why:
+        raise errors.SessionError(f"{name} cannot run here: {why}")
+    return _devices(name)
 
 
 def _devices(name: str) -> list[Any]:

@@ -87,10 +87,10 @@ def select_providers(
         if name not in available:
             if name not in warned:
                 warned.add(name)
+                hint = _install_hint(name)
                 warnings.warn(
-                    f"ortlab: execution provider {name!r} is not available in this "
-                    f"onnxruntime build (available: {', '.join(available)}); it is skipped. "
-                    f"{_install_hint(name)}",
+                    f"ortlab: execution provider {name!r} {_why_missing(name)} (available: "
+                    f"{', '.join(available)}); it is skipped.{' ' + hint if hint else ''}",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -102,8 +102,16 @@ def select_providers(
     return chosen
 
 
+def _why_missing(name: str) -> str:
+    """Why provider ``name`` is not available, as a predicate."""
+    why = _plugins.unusable(name) if _plugins.is_plugin(name) else ""
+    return f"cannot run here: {why}" if why else "is not available in this onnxruntime build"
+
+
 def _install_hint(name: str) -> str:
-    """What to install for a missing provider."""
+    """What to install for a missing provider (``""``: installed, and of no use here)."""
+    if _plugins.is_plugin(name) and _plugins.unusable(name):
+        return ""
     if name == _plugins.OPENVINO:
         return "Install OpenVINO's plugin provider (pip install 'ortlab[openvino]')."
     return "Install onnxruntime-gpu (pip install 'ortlab[gpu]') for CUDA."

@@ -120,8 +120,9 @@ def make_call(
         if backend == ORTLAB_OPENVINO:
             if OPENVINO_PROVIDER not in ortlab.backend.available_providers():
                 raise errors.UnsupportedOptionError(
-                    "bench: ortlab-openvino needs OpenVINO's plugin provider: "
-                    "pip install 'ortlab[openvino]'"
+                    "bench: ortlab-openvino needs OpenVINO's plugin provider, which is "
+                    "not installed (pip install 'ortlab[openvino]') or cannot run here "
+                    "(ortlab.backend.available_providers() leaves it out)"
                 )
             options["preferred_execution_providers"] = [OPENVINO_PROVIDER]
         entry = _harness.fresh_entry(target, name=name)
