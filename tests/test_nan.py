@@ -59,6 +59,35 @@ def test_nan_comes_out_of_max_like_ops_as_eager_gives_it(name, dtype):
     assert not graph.eager_node_names, [graph.verdict(n) for n in graph.eager_node_names]
 
 
+# Windows (2×2, stride 2) with: +inf and -inf and no NaN (+inf), NaN beside +inf (NaN),
+# NaN beside -inf (NaN), finite values only.
+MIXED = torch.tensor(
+    [[INF, 1.0, NAN, INF, NAN, 2.0, 1.0, 2.0], [-INF, 0.0, 1.0, 0.0, -INF, 3.0, 3.0, 4.0]]
+)
+
+POOLS = {
+    "2d": lambda x: F.max_pool2d(x[None, None], 2),
+    "2d-ceil": lambda x: F.max_pool2d(x[None, None], 3, 2, 1, ceil_mode=True),
+    "2d-dilated": lambda x: F.max_pool2d(x[None, None], 2, 1, dilation=(1, 2)),
+    "2d-indices": lambda x: F.max_pool2d(x[None, None], 2, 1, return_indices=True)[0] * 2,
+    "3d-padded": lambda x: F.max_pool3d(x.expand(3, -1, -1)[None, None], 2, 2, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_max_pools_mark_exactly_the_windows_that_hold_a_nan(name):
+    fn = POOLS[name]
+    backend = ortlab.OrtBackend()
+    got = torch.compile(fn, backend=backend)(MIXED)
+    expected = fn(MIXED)
+    assert _same(got, expected), (got, expected)
+    (graph,) = backend.graphs
+    assert not graph.eager_node_names
+    (session,) = backend.sessions
+    averaged = any(n.op_type == "AveragePool" for n in session.model.graph.node)
+    assert averaged is (name != "2d-dilated")  # dilated windows: no average pool has them
+
+
 def test_rows_without_nan_are_unchanged_and_integers_are_left_alone():
     from torch.fx.experimental.proxy_tensor import make_fx
 

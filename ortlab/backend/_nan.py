@@ -14,8 +14,9 @@ graph itself when nothing applies).
 #   amax(x, d)            masked_fill(amax(x, d), any(isnan(x), d), nan)
 #   argmax(x, d)          where(any(isnan(x), d), argmax(isnan(x) as float, d), argmax(x, d))
 #   max.dim(x, d)         both of the above, on its values and its indices
-#   max_pool2d(x)         its values masked where max_pool2d(isnan(x) as float) > 0
-#                         (max_pool3d alike)
+#   max_pool2d(x)         its values masked where avg_pool2d(x * x) is NaN, over the
+#                         same windows (max_pool3d alike; dilated or not float32:
+#                         where max_pool2d(isnan(x) as float) > 0)
 #   topk(x) / sort(x)     the op on masked_fill(x, isnan(x), inf); values gathered from x
 #
 # (min-like ops alike). max_pool2d's indices keep ONNX Runtime's (the backward of a NaN
@@ -207,12 +208,41 @@ def _pool(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         return
     add = _Builder(graph, values)
     x = node.args[0]
-    as_float = add(aten._to_copy.default, add(aten.isnan.default, x), dtype=torch.float32)
-    windows = add(node.target, as_float, *node.args[1:], **node.kwargs)
-    if not single:
-        windows = add(operator.getitem, windows, 0)
-    fixed = add(aten.masked_fill.Scalar, values, add(aten.gt.Scalar, windows, 0), math.nan)
+    arguments = _arguments(node)
+    average = _AVERAGE.get(node.target)  # type: ignore[call-overload]
+    value = _rewrites.fake_value(x)
+    # ONNX Runtime's CPU AveragePool is float32 only.
+    float32 = isinstance(value, torch.Tensor) and value.dtype == torch.float32
+    undilated = all(d == 1 for d in _listed(arguments.get("dilation", 1)))
+    if average is not None and float32 and undilated:
+        # A window's mean of squares is NaN exactly where the window holds a NaN (a
+        # square is never negative: +inf and -inf do not meet in the sum as inf - inf).
+        kernel = arguments["kernel_size"]
+        stride = arguments.get("stride") or kernel
+        padding, ceil_mode = arguments.get("padding", 0), arguments.get("ceil_mode", False)
+        squares = add(aten.mul.Tensor, x, x)
+        means = add(average, squares, kernel, stride, padding, ceil_mode)
+        in_window = add(aten.isnan.default, means)
+    else:  # dilated, or not float32: the NaN mask pooled by the same op
+        as_float = add(aten._to_copy.default, add(aten.isnan.default, x), dtype=torch.float32)
+        windows = add(node.target, as_float, *node.args[1:], **node.kwargs)
+        if not single:
+            windows = add(operator.getitem, windows, 0)
+        in_window = add(aten.gt.Scalar, windows, 0)
+    fixed = add(aten.masked_fill.Scalar, values, in_window, math.nan)
     _replace_uses(values, fixed, {fixed})
+
+
+_AVERAGE = {
+    aten.max_pool2d_with_indices.default: aten.avg_pool2d.default,
+    aten.max_pool2d.default: aten.avg_pool2d.default,
+    aten.max_pool3d_with_indices.default: aten.avg_pool3d.default,
+}
+"""The average pool over the same windows as each max pool (no dilation)."""
+
+
+def _listed(value: Any) -> list[int]:
+    return [value] if isinstance(value, int) else list(value)
 
 
 def _order(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
