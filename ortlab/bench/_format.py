@@ -98,14 +98,25 @@ def trust_lines(machine: Mapping[str, Any], frame: pandas.DataFrame | None) -> l
     loads = [machine.get(k) for k in ("load_avg_1m", "load_avg_1m_after")]
     known = [float(v) for v in loads if v is not None and finite(v)]
     spreads = {}
+    same_as_eager = []
     if frame is not None:
         for rec in frame.to_dict("records"):
             if finite(rec.get("p10_ms")) and finite(rec.get("p90_ms")):
                 spreads[str(rec["backend"])] = (float(rec["p10_ms"]), float(rec["p90_ms"]))
+            if rec["backend"] in OTHER_RUNTIMES and rec.get("max_abs_diff") == 0.0:
+                same_as_eager.append(str(rec["backend"]))
     cores = machine.get("usable_cores") or machine.get("cores")
     return _machine.trust_notes(
-        load=max(known) if known else None, cores=cores, spreads=spreads
+        load=max(known) if known else None,
+        cores=cores,
+        spreads=spreads,
+        same_as_eager=same_as_eager,
     )
+
+
+OTHER_RUNTIMES = ("openvino",)
+"""Peer backends that run the model in a runtime of their own: outputs equal to eager's
+to the bit are a sign that they handed it back to PyTorch."""
 
 
 def target_cell(value: float, most: float, text: str, *, strict: bool = False) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -90,6 +90,7 @@ def trust_notes(
     load: float | None,
     cores: int | None,
     spreads: Mapping[str, tuple[float, float]] = {},
+    same_as_eager: Sequence[str] = (),
 ) -> list[str]:
     """Why timings cannot be trusted, one line per reason (``[]``: nothing against them).
 
@@ -97,6 +98,9 @@ def trust_notes(
         load: The load average while measuring (the larger of before and after).
         cores: The cores the process may use.
         spreads: ``(p10, p90)`` per side or backend, in any one unit.
+        same_as_eager: Backends of another runtime whose outputs equal eager's to the
+            bit (OpenVINO's ``torch.compile`` backend gave BERT-base exactly eager's
+            outputs at eager's speed on an AMD EPYC, and a small MLP its own).
     """
     notes = []
     if load is not None and cores and load > cores:
@@ -113,4 +117,9 @@ def trust_notes(
                 f"than ×{_html.number(SPREAD_LIMIT)}): its median is not stable; time more "
                 "calls, on a quiet machine"
             )
+    for name in same_as_eager:
+        notes.append(
+            f"{name}'s outputs equal eager's to the bit (max |diff| 0): it may have run the "
+            "model in PyTorch, and then its times are PyTorch's"
+        )
     return notes
