@@ -35,15 +35,21 @@ def test_trust_notes_name_a_busy_machine_and_a_wide_spread():
 
 def test_a_peer_whose_outputs_equal_eagers_to_the_bit_is_flagged():
     rows = [
-        {"backend": "eager", "max_abs_diff": 0.0},
-        {"backend": "inductor", "max_abs_diff": 0.0},  # may run the same kernels
-        {"backend": "openvino", "max_abs_diff": 0.0},
+        {"backend": "eager", "max_abs_diff": 0.0, "ratio_to_eager": 1.0},
+        {"backend": "inductor", "max_abs_diff": 0.0, "ratio_to_eager": 0.97},  # same kernels
+        {"backend": "openvino", "max_abs_diff": 0.0, "ratio_to_eager": 0.96},
     ]
     frame = pd.DataFrame([{c: None for c in _result.COLUMNS} | row for row in rows])
-    (note,) = _result.BenchResult(frame, {"cores": 2, "load_avg_1m": 0.5}).trust_notes
-    assert note.startswith("openvino's outputs equal eager's to the bit (max |diff| 0)")
-    frame.loc[2, "max_abs_diff"] = 2e-6
-    assert _result.BenchResult(frame, {"cores": 2, "load_avg_1m": 0.5}).trust_notes == []
+
+    def notes() -> list[str]:
+        return _result.BenchResult(frame, {"cores": 2, "load_avg_1m": 0.5}).trust_notes
+
+    (note,) = notes()
+    assert note.startswith("openvino's outputs equal eager's to the bit (max |diff| 0), at")
+    frame.loc[2, "max_abs_diff"] = 2e-6  # computed its own
+    assert notes() == []
+    frame.loc[2, ["max_abs_diff", "ratio_to_eager"]] = [0.0, 14.0]  # exact, and its own speed
+    assert notes() == []
 
 
 def _result_on(load: float, p90: float) -> _result.BenchResult:

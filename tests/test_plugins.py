@@ -344,3 +344,15 @@ def test_a_plugin_that_cannot_be_registered_says_so(monkeypatch):
     why = _plugins.unusable(OPENVINO)
     assert why.startswith("onnxruntime-ep-openvino ") and "could not be registered" in why
     assert "RuntimeError: bad library" in why
+
+
+def test_a_plugin_the_user_registered_already_is_judged_by_its_devices(monkeypatch):
+    import onnxruntime
+
+    def registered(name, path):
+        raise RuntimeError(f"EP library is already registered under {name}")
+
+    monkeypatch.setattr(_plugins, "_registered", {})
+    monkeypatch.setattr(_plugins, "_devices", lambda name: [])
+    monkeypatch.setattr(onnxruntime, "register_execution_provider_library", registered)
+    assert "lists no CPU device on this processor" in _plugins.unusable(OPENVINO)

@@ -130,7 +130,8 @@ def _register(plugin: Plugin) -> str:
         try:
             onnxruntime.register_execution_provider_library(plugin.name, plugin.library)
         except Exception as e:
-            if not _devices(plugin.name):
+            # Registered already (by the user, under this name): its devices decide.
+            if not _devices(plugin.name) and "already registered" not in str(e):
                 return (
                     f"{plugin.package} {plugin.version} could not be registered with "
                     f"onnxruntime {onnxruntime.__version__} ({errors.describe(e)})"

@@ -103,7 +103,7 @@ def trust_lines(machine: Mapping[str, Any], frame: pandas.DataFrame | None) -> l
         for rec in frame.to_dict("records"):
             if finite(rec.get("p10_ms")) and finite(rec.get("p90_ms")):
                 spreads[str(rec["backend"])] = (float(rec["p10_ms"]), float(rec["p90_ms"]))
-            if rec["backend"] in OTHER_RUNTIMES and rec.get("max_abs_diff") == 0.0:
+            if _looks_like_eager(rec):
                 same_as_eager.append(str(rec["backend"]))
     cores = machine.get("usable_cores") or machine.get("cores")
     return _machine.trust_notes(
@@ -116,7 +116,22 @@ def trust_lines(machine: Mapping[str, Any], frame: pandas.DataFrame | None) -> l
 
 OTHER_RUNTIMES = ("openvino",)
 """Peer backends that run the model in a runtime of their own: outputs equal to eager's
-to the bit are a sign that they handed it back to PyTorch."""
+to the bit, at eager's speed, are a sign that they handed it back to PyTorch."""
+
+EAGER_SPEED = 1.2
+"""A median within this factor of eager's, either way, is "at eager's speed"."""
+
+
+def _looks_like_eager(rec: Mapping[str, Any]) -> bool:
+    """A peer of another runtime whose outputs equal eager's to the bit at eager's
+    speed (exact outputs alone are no sign: integer outputs, a ReLU, a reshape)."""
+    ratio = rec.get("ratio_to_eager")
+    return (
+        rec["backend"] in OTHER_RUNTIMES
+        and rec.get("max_abs_diff") == 0.0
+        and finite(ratio)
+        and 1 / EAGER_SPEED <= float(ratio) <= EAGER_SPEED
+    )
 
 
 def target_cell(value: float, most: float, text: str, *, strict: bool = False) -> str:

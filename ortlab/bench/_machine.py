@@ -99,8 +99,9 @@ def trust_notes(
         cores: The cores the process may use.
         spreads: ``(p10, p90)`` per side or backend, in any one unit.
         same_as_eager: Backends of another runtime whose outputs equal eager's to the
-            bit (OpenVINO's ``torch.compile`` backend gave BERT-base exactly eager's
-            outputs at eager's speed on an AMD EPYC, and a small MLP its own).
+            bit at eager's speed (OpenVINO's ``torch.compile`` backend gave BERT-base
+            exactly eager's outputs at eager's speed on an AMD EPYC, and a small MLP its
+            own).
     """
     notes = []
     if load is not None and cores and load > cores:
@@ -119,7 +120,7 @@ def trust_notes(
             )
     for name in same_as_eager:
         notes.append(
-            f"{name}'s outputs equal eager's to the bit (max |diff| 0): it may have run the "
-            "model in PyTorch, and then its times are PyTorch's"
+            f"{name}'s outputs equal eager's to the bit (max |diff| 0), at eager's speed: "
+            "it may have run the model in PyTorch, and then its times are PyTorch's"
         )
     return notes
