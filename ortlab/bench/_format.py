@@ -125,12 +125,12 @@ EAGER_SPEED = 1.2
 def _looks_like_eager(rec: Mapping[str, Any]) -> bool:
     """A peer of another runtime whose outputs equal eager's to the bit at eager's
     speed (exact outputs alone are no sign: integer outputs, a ReLU, a reshape)."""
-    ratio = rec.get("ratio_to_eager")
+    given = rec.get("ratio_to_eager")
+    ratio = float(given) if given is not None and finite(given) else math.nan
     return (
         rec["backend"] in OTHER_RUNTIMES
         and rec.get("max_abs_diff") == 0.0
-        and finite(ratio)
-        and 1 / EAGER_SPEED <= float(ratio) <= EAGER_SPEED
+        and 1 / EAGER_SPEED <= ratio <= EAGER_SPEED
     )
 
 
