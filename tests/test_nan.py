@@ -88,6 +88,33 @@ def test_max_pools_mark_exactly_the_windows_that_hold_a_nan(name):
     assert averaged is (name != "2d-dilated")  # dilated windows: no average pool has them
 
 
+GRADIENT_POOLS = {
+    "2d": lambda x: F.max_pool2d(x, 2, 2),
+    "2d-overlapping": lambda x: F.max_pool2d(x, 2, 1),
+    "2d-padded-ceil": lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+    "2d-dilated": lambda x: F.max_pool2d(x, 2, 1, dilation=2),
+    "3d": lambda x: F.max_pool3d(x[:, :, None].expand(-1, -1, 3, -1, -1), 2, 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(GRADIENT_POOLS))
+def test_a_nan_windows_gradient_goes_where_eager_sends_it(name):
+    fn = GRADIENT_POOLS[name]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 7, 8, generator=generator)
+    x[torch.rand(x.shape, generator=generator) < 0.15] = NAN  # some windows hold several
+    x[torch.rand(x.shape, generator=generator) < 0.05] = INF
+    compiled = torch.compile(fn, backend="ortlab", fullgraph=True)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, expected = compiled(a), fn(b)
+    assert _same(got.detach(), expected.detach())
+    # A finite gradient into NaN outputs: eager sends it to each window's last NaN.
+    upstream = torch.randn(expected.shape, generator=generator)
+    got.backward(upstream)
+    expected.backward(upstream)
+    assert _same(a.grad, b.grad), (a.grad - b.grad).abs().nan_to_num(1.0).gt(0).sum()
+
+
 def test_rows_without_nan_are_unchanged_and_integers_are_left_alone():
     from torch.fx.experimental.proxy_tensor import make_fx
 

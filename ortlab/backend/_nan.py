@@ -19,10 +19,12 @@ graph itself when nothing applies).
 #                         where max_pool2d(isnan(x) as float) > 0)
 #   topk(x) / sort(x)     the op on masked_fill(x, isnan(x), inf); values gathered from x
 #
-# (min-like ops alike). max_pool2d's indices keep ONNX Runtime's (the backward of a NaN
-# window is NaN either way), and a NaN ties with +inf in topk and sort where PyTorch
-# puts NaN first. It costs one more pass over the op's input; integer inputs are left
-# alone.
+# (min-like ops alike). max_pool2d's indices of a NaN window point at its last NaN, as
+# PyTorch's CPU kernel puts them (the backward sends the window's gradient there; ONNX
+# Runtime's index is the largest number's), where the plane's sizes are static; and a
+# NaN ties with +inf in topk and sort where PyTorch puts NaN first. It costs one more
+# pass over the op's input (two more for a pool's indices, when they are read); integer
+# inputs are left alone.
 """
 
 from __future__ import annotations
@@ -203,10 +205,11 @@ def _both(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
 
 def _pool(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     single = node.target == aten.max_pool2d.default
-    values = node if single else _getitems(node).get(0)
+    items = {} if single else _getitems(node)
+    values = node if single else items.get(0)
     if values is None:
         return
-    add = _Builder(graph, values)
+    add = _Builder(graph, values if single else max(items.values()))  # after both items
     x = node.args[0]
     arguments = _arguments(node)
     average = _AVERAGE.get(node.target)  # type: ignore[call-overload]
@@ -231,6 +234,35 @@ def _pool(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         in_window = add(aten.gt.Scalar, windows, 0)
     fixed = add(aten.masked_fill.Scalar, values, in_window, math.nan)
     _replace_uses(values, fixed, {fixed})
+    if 1 in items:
+        _last_nan_indices(add, node, in_window, items[1])
+
+
+def _last_nan_indices(
+    add: _Builder, node: torch.fx.Node, in_window: torch.fx.Node, indices: torch.fx.Node
+) -> None:
+    """A NaN window's index where PyTorch puts it, at the window's last NaN (in the
+    plane's order): the max pool of the NaN positions numbered 1, 2, ... over the plane
+    (0 elsewhere), less one. The backward sends the window's gradient there."""
+    x = node.args[0]
+    value = _rewrites.fake_value(x)
+    spatial = 3 if node.target == aten.max_pool3d_with_indices.default else 2
+    sizes = tuple(value.shape[-spatial:]) if isinstance(value, torch.Tensor) else ()
+    count = math.prod(sizes) if all(isinstance(s, int) for s in sizes) else 0
+    if not sizes or not 0 < count < 2**24:  # symbolic sizes, or beyond float32's integers
+        return
+    positions = add(aten.arange.start, 1, count + 1, dtype=torch.float32, device=value.device)
+    positions = add(aten.view.default, positions, list(sizes))
+    numbered = add(aten.where.ScalarOther, add(aten.isnan.default, x), positions, 0.0)
+    if spatial == 2:  # the values alone: no index conversion in the ONNX model
+        pooled = add(aten.max_pool2d.default, numbered, *node.args[1:], **node.kwargs)
+    else:
+        pooled = add(
+            operator.getitem, add(node.target, numbered, *node.args[1:], **node.kwargs), 0
+        )
+    last = add(aten._to_copy.default, add(aten.sub.Tensor, pooled, 1.0), dtype=torch.int64)
+    fixed = add(aten.where.self, in_window, last, indices)
+    _replace_uses(indices, fixed, {fixed})
 
 
 _AVERAGE = {
