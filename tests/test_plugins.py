@@ -284,18 +284,24 @@ def test_the_compile_cache_key_pins_the_plugins_version(monkeypatch):
 
 def test_a_missing_plugin_provider_is_skipped_saying_what_to_install(monkeypatch):
     monkeypatch.setattr(_plugins, "installed", dict)
+    chosen, message = _preferring_openvino(available=(_session.CPU,))
+    assert chosen == [(_session.CPU, {})]
+    assert "pip install 'ortlab[openvino]'" in message
+
+
+def _preferring_openvino(available: tuple[str, ...]) -> tuple[list, str]:
+    """The providers chosen with OpenVINO's preferred, and the one warning given."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         chosen = _session.select_providers(
             preferred=[(OPENVINO, {})],
             inferred=(),
             default=None,
-            available=(_session.CPU,),
+            available=available,
             warned=set(),
         )
-    assert chosen == [(_session.CPU, {})]
     (warning,) = caught
-    assert "pip install 'ortlab[openvino]'" in str(warning.message)
+    return chosen, str(warning.message)
 
 
 def test_a_plugin_with_no_device_here_is_skipped_saying_why(monkeypatch):
@@ -311,18 +317,8 @@ def test_a_plugin_with_no_device_here_is_skipped_saying_why(monkeypatch):
     )
     available = _session.available_providers()
     assert OPENVINO not in available and _session.CPU in available
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        chosen = _session.select_providers(
-            preferred=[(OPENVINO, {})],
-            inferred=(),
-            default=None,
-            available=available,
-            warned=set(),
-        )
+    chosen, message = _preferring_openvino(available)
     assert chosen == [(_session.CPU, {})]
-    (warning,) = caught
-    message = str(warning.message)
     assert f"{OPENVINO!r} cannot run here: onnxruntime-ep-openvino" in message
     assert "lists no CPU device on this processor (vendor " in message
     assert "pip install" not in message  # it is installed
