@@ -235,17 +235,21 @@ def _pool(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     fixed = add(aten.masked_fill.Scalar, values, in_window, math.nan)
     _replace_uses(values, fixed, {fixed})
     if 1 in items:
-        _last_nan_indices(add, node, in_window, items[1])
+        _last_nan_indices(add, node, value, in_window, items[1])
 
 
 def _last_nan_indices(
-    add: _Builder, node: torch.fx.Node, in_window: torch.fx.Node, indices: torch.fx.Node
+    add: _Builder,
+    node: torch.fx.Node,
+    value: Any,
+    in_window: torch.fx.Node,
+    indices: torch.fx.Node,
 ) -> None:
     """A NaN window's index where PyTorch puts it, at the window's last NaN (in the
     plane's order): the max pool of the NaN positions numbered 1, 2, ... over the plane
-    (0 elsewhere), less one. The backward sends the window's gradient there."""
+    (0 elsewhere), less one. The backward sends the window's gradient there. ``value``:
+    the pool's input's fake value."""
     x = node.args[0]
-    value = _rewrites.fake_value(x)
     spatial = 3 if node.target == aten.max_pool3d_with_indices.default else 2
     sizes = tuple(value.shape[-spatial:]) if isinstance(value, torch.Tensor) else ()
     count = math.prod(sizes) if all(isinstance(s, int) for s in sizes) else 0
