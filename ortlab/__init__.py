@@ -28,6 +28,7 @@ from ortlab.backend import (
     backend_of,
     clear_cache,
     compile,
+    precompile,
 )
 from ortlab.bench import BenchResult, bench
 from ortlab.errors import (
@@ -49,6 +50,7 @@ __all__ = [
     "OrtBackendOptions",
     "OrtExecutionProvider",
     "compile",
+    "precompile",
     "backend_of",
     "clear_cache",
     # Records

@@ -615,3 +615,58 @@ def test_rng_state_ops_are_the_checkpointing_higher_order_ops():
     after = torch.get_rng_state()
     again = replay(state, torch.ops.aten.native_dropout.default, x, 0.5, True)
     assert torch.equal(again[1], mask) and torch.equal(torch.get_rng_state(), after)
+
+
+class _SavedGraph(_torch_private.serializable_callable_base()):
+    """A backend result that serializes itself as Dynamo's graph (module level: the
+    capture pickles its class by name)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn):
+        return fn.data
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data):
+        return cls(data)
+
+    def __call__(self, *args):
+        graph_module, mode = _torch_private.load_dynamo_graph(self.data)
+        fakes = _torch_private.fake_static_inputs(mode, args)
+        assert all(tuple(f.shape) == tuple(a.shape) for f, a in zip(fakes, args))
+        return graph_module(*args)
+
+
+def _linear_relu(model, x):
+    return model(x).relu()
+
+
+def test_a_capture_saves_and_loads_with_its_guards_and_the_backends_result():
+    # The pieces ortlab.precompile relies on: a whole-graph capture with the guards torch
+    # can save, the backend's result serializing itself, Dynamo's graph as bytes, and a
+    # guard check the caller makes.
+    graphs = []
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        with _torch_private.outside_aot_capture():
+            assert not torch._functorch.config.bundled_autograd_cache
+        return _SavedGraph(_torch_private.dump_dynamo_graph(graph_module))
+
+    model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
+    with torch.no_grad():
+        captured = _torch_private.aot_capture(_linear_relu, (model, x), {}, backend)
+        assert "example_value" in next(iter(graphs[0].graph.nodes)).meta  # put back
+        loaded = _torch_private.aot_load(
+            _torch_private.aot_bytes(captured),
+            _torch_private.aot_installed_modules(captured, _linear_relu),
+        )
+        assert isinstance(_torch_private.aot_backend_result(loaded), _SavedGraph)
+        assert _torch_private.aot_guards_pass(loaded, (model, x), {})
+        torch.testing.assert_close(loaded(model, x), model(x).relu())
+        other = torch.randn(5, 3)
+        assert not _torch_private.aot_guards_pass(loaded, (model, other), {})
+        assert "size" in _torch_private.aot_guard_failure(loaded, (model, other), {})
+    assert _torch_private.aot_changed_sources(loaded) == []

@@ -17,6 +17,7 @@ from ortlab.backend._backend import (
 from ortlab.backend._build import ModelSession, build_model_session
 from ortlab.backend._cache import clear_cache
 from ortlab.backend._options import OrtBackendOptions, OrtExecutionProvider
+from ortlab.backend._precompile import Precompiled, precompile
 from ortlab.backend._session import available_providers, default_session_options
 from ortlab.backend._standalone import StandaloneSession, create_session
 from ortlab.backend._support import OrtOperatorSupport
@@ -38,6 +39,8 @@ __all__ = [
     "torch_compile_backend",
     "compile",
     "compile_with",
+    "precompile",
+    "Precompiled",
     "backend_of",
     "warm_up",
     "clear_cache",

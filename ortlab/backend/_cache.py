@@ -167,17 +167,58 @@ class CompileCache:
     def store(self, key: str, model_bytes: bytes, decisions: Decisions) -> None:
         """Writes an entry atomically, then evicts the oldest-used beyond the bound.
         A cache that cannot be written is skipped (the compile does not depend on it)."""
-        target = self._path(key)
         meta = {
             "format": FORMAT,
             "sha256": hashlib.sha256(model_bytes).hexdigest(),
             "decisions": dataclasses.asdict(decisions),
         }
+        self._write(key, {"model.onnx": model_bytes}, meta)
+
+    def load_file(self, key: str, name: str) -> bytes | None:
+        """The bytes kept under ``key`` by :meth:`store_file`, or ``None`` (missing, or
+        corrupt: then deleted)."""
+        path = self._path(key)
+        try:
+            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if os.path.isdir(path):
+                self.discard(key)
+            return None
+        except (OSError, ValueError):
+            self.discard(key)
+            return None
+        if (
+            not isinstance(meta, dict)
+            or meta.get("format") != FORMAT
+            or meta.get("file") != name
+            or meta.get("sha256") != hashlib.sha256(data).hexdigest()
+        ):
+            self.discard(key)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        return data
+
+    def store_file(self, key: str, name: str, data: bytes) -> None:
+        """Keeps ``data`` as an entry of its own (atomically, evicted like the others;
+        skipped if it cannot be written)."""
+        self._write(
+            key,
+            {name: data},
+            {"format": FORMAT, "file": name, "sha256": hashlib.sha256(data).hexdigest()},
+        )
+
+    def _write(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> None:
+        target = self._path(key)
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".incoming-", dir=os.path.dirname(target))
-            with open(os.path.join(staging, "model.onnx"), "wb") as f:
-                f.write(model_bytes)
+            for name, data in files.items():
+                with open(os.path.join(staging, name), "wb") as f:
+                    f.write(data)
             with open(os.path.join(staging, "meta.json"), "w", encoding="utf-8") as f:
                 json.dump(meta, f)
             try:
@@ -189,7 +230,7 @@ class CompileCache:
             return
 
     def _names_path(self, table: str) -> str:
-        return os.path.join(self.root, "tables", f"{table}-{_environment_digest()[:24]}.json")
+        return os.path.join(self.root, "tables", f"{table}-{environment_digest()[:24]}.json")
 
     def load_names(self, table: str) -> list[str] | None:
         """A list of names kept under ``table`` for this environment (versions, machine,
@@ -284,7 +325,7 @@ def clear_cache(directory: str | None = None) -> int:
 
 # -- keys --------------------------------------------------------------------------------
 @functools.cache
-def _environment_digest() -> str:
+def environment_digest() -> str:
     """What every key shares in this process: versions, machine, ortlab's backend code."""
     import onnx
     import onnx_ir
@@ -363,7 +404,7 @@ def partition_key(
         raise Unkeyable("pre_ort_model_transforms are callables")
     if options.cuda_graphs:
         raise Unkeyable("CUDA graphs are captured per process")
-    digest = hashlib.sha256(_environment_digest().encode())
+    digest = hashlib.sha256(environment_digest().encode())
     try:
         translations = [
             f"{op}:{_translation_text(fn)}" for op, fn in options.custom_translations or ()

@@ -1635,3 +1635,231 @@ def trace_aten(fn: Callable[..., Any], args: Sequence[Any]) -> torch.fx.GraphMod
         return tracer(*args)
     with fake_mode:
         return tracer(*args)
+
+
+# -- used by precompiled models (_precompile) ----------------------------------------------
+#
+#   torch._dynamo.aot_compile      torch.compile(...).aot_compile (fullgraph capture whose
+#                                  bytecode, guards and backend result can be saved, under
+#                                  config.enable_aot_compile), AOTCompiledFunction
+#                                  (serialize, guard_check, disable_guard_check,
+#                                  source_info, _artifacts.compiled_fn),
+#                                  aot_compile_types.SerializableCallable;
+#                                  torch.compiler.load_compiled_function
+#   torch._dynamo.guards           CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+#   torch._dynamo.package          _hash_sourcelines (an inlined source's checksum)
+#   torch.fx._graph_pickler        GraphPickler (a Dynamo graph without its weights)
+#   torch._dynamo.mark_static_address  (module state, as Dynamo marks it when tracing)
+
+
+def serializable_callable_base() -> type:
+    """The base class torch's precompile requires of a backend's result."""
+    from torch._dynamo.aot_compile_types import SerializableCallable
+
+    return SerializableCallable
+
+
+def _savable_guards(entries: Sequence[Any]) -> list[bool]:
+    """A ``guard_filter_fn`` keeping every guard torch can save: the ones it cannot are
+    object identities (the functions, classes, closures and modules the trace read), which
+    a new process cannot check; the precompiled file pins the sources instead."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    unsupported = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+    return [
+        entry.guard_type not in unsupported
+        and not unsupported.intersection(entry.derived_guard_types)
+        for entry in entries
+    ]
+
+
+def aot_capture(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    backend: Callable[..., Any],
+) -> Any:
+    """``torch.compile(fn, backend=backend, fullgraph=True, dynamic=False).aot_compile(
+    (args, kwargs))`` with the guards torch can save, Python floats traced as constants
+    (as :func:`compile_with_dynamo` does) and the guard check left to the caller: an
+    ``AOTCompiledFunction``. Raises what Dynamo raises (a graph break, a guard or value
+    it cannot save)."""
+    with torch._dynamo.config.patch(enable_aot_compile=True, specialize_float=True):
+        compiled = torch.compile(  # type: ignore[call-overload]
+            fn,
+            backend=backend,
+            fullgraph=True,
+            dynamic=False,
+            options={"guard_filter_fn": _savable_guards},
+        )
+        result = compiled.aot_compile((tuple(args), dict(kwargs)))  # type: ignore[attr-defined]
+    result.disable_guard_check()
+    return result
+
+
+def outside_aot_capture() -> contextlib.AbstractContextManager[Any]:
+    """AOTAutograd's config as outside :func:`aot_capture`, for the backend it calls:
+    the capture turns on AOTAutograd's bundled cache, whose entries must be inductor's
+    compiled code (ortlab's training graphs failed: "expected OutputCode")."""
+    return torch._functorch.config.patch(
+        {
+            "strict_autograd_cache": False,
+            "bypass_autograd_cache_key": False,
+            "bundled_autograd_cache": False,
+            "force_non_lazy_backward_lowering": False,
+            "force_autograd_cache": False,
+        }
+    )
+
+
+def aot_bytes(compiled: Any) -> bytes:
+    """An ``AOTCompiledFunction`` as bytes (raises when something in it cannot be saved)."""
+    return bytes(type(compiled).serialize(compiled).serialized_data)
+
+
+def aot_installed_modules(compiled: Any, fn: Callable[..., Any]) -> dict[str, str]:
+    """The modules Dynamo installed in ``fn``'s globals under names of its own (e.g.
+    ``___module_collections_<id>_c0``) that the captured bytecode reads: torch 2.13
+    saves neither them nor their names, so that loading the capture in a new process
+    fails ("Missing required external references"). Name to module name.
+
+    Raises:
+        TypeError: the bytecode reads such a global that is not a module.
+    """
+    import types
+
+    env = compiled._artifacts.runtime_env
+    known = {*env.import_sources, *env.used_globals, compiled._artifacts.backend_id}
+    found: dict[str, str] = {}
+    codes = [env.bytecode]
+    while codes:
+        code = codes.pop()
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        for name in code.co_names:
+            if not name.startswith("___") or name in known or name not in fn.__globals__:
+                continue
+            value = fn.__globals__[name]
+            if not isinstance(value, types.ModuleType):
+                raise TypeError(f"the capture reads a global it does not save: {name}")
+            found[name] = value.__name__
+    return found
+
+
+def aot_load(data: bytes, modules: Mapping[str, str]) -> Any:
+    """An ``AOTCompiledFunction`` from :func:`aot_bytes`, with the modules of
+    :func:`aot_installed_modules` imported again; its guard check left to the caller.
+    Raises when the bytes are damaged or were saved by another Python or torch."""
+    import importlib
+    import io
+
+    f_globals: dict[str, object] = {
+        name: importlib.import_module(module) for name, module in modules.items()
+    }
+    result: Any = torch.compiler.load_compiled_function(io.BytesIO(data), f_globals=f_globals)
+    result.disable_guard_check()
+    return result
+
+
+def aot_backend_result(compiled: Any) -> Any:
+    """What the backend returned for an ``AOTCompiledFunction``'s graph."""
+    return compiled._artifacts.compiled_fn
+
+
+def aot_guards_pass(compiled: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether the saved guards hold for this call."""
+    return bool(compiled.guard_check(*args, **kwargs))
+
+
+def aot_guard_failure(compiled: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """Which saved guard failed for this call, in Dynamo's words."""
+    manager = compiled._artifacts.guard_manager
+    reasons = manager.check_verbose(compiled.prepare_f_locals(*args, **kwargs))
+    parts = getattr(reasons, "verbose_code_parts", None)
+    if isinstance(parts, (list, tuple)) and parts:
+        return "; ".join(str(part).strip() for part in parts)
+    return str(reasons)
+
+
+def aot_changed_sources(compiled: Any) -> list[str]:
+    """The sources the trace inlined that differ now from when it was saved (their
+    modules and line ranges); empty when every one reads the same."""
+    import importlib
+
+    from torch._dynamo.package import _hash_sourcelines
+
+    changed = []
+    for source in sorted(
+        compiled.source_info().inlined_sources, key=lambda s: (s.module, s.firstlineno)
+    ):
+        where = f"{source.module}:{source.firstlineno}-{source.lastlineno}"
+        try:
+            module = importlib.import_module(source.module)
+            same = (
+                _hash_sourcelines(module, source.firstlineno, source.lastlineno)
+                == source.checksum
+            )
+        except Exception:
+            same = False
+        if not same:
+            changed.append(where)
+    return changed
+
+
+_DYNAMO_ONLY_META = ("example_value", "grapharg", "nn_module_stack", "source_fn_stack")
+"""Node metadata of Dynamo's graph that holds real tensors, sources or modules: left out
+of a saved graph (the lowering does not need it)."""
+
+
+def dump_dynamo_graph(graph_module: torch.fx.GraphModule) -> bytes:
+    """Dynamo's graph as bytes: its code and fake values, no weights (they are inputs)."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    kept = []
+    for node in graph_module.graph.nodes:
+        kept.append({k: node.meta.pop(k) for k in _DYNAMO_ONLY_META if k in node.meta})
+    try:
+        return bytes(GraphPickler.dumps(graph_module, Options(ops_filter=None)))
+    finally:
+        for node, meta in zip(graph_module.graph.nodes, kept):
+            node.meta.update(meta)
+
+
+def load_dynamo_graph(data: bytes) -> tuple[torch.fx.GraphModule, Any]:
+    """A graph from :func:`dump_dynamo_graph` and the fake mode of its values."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    graph_module = GraphPickler.loads(data, mode)
+    if not isinstance(graph_module, torch.fx.GraphModule):
+        raise TypeError(f"not a saved graph: {type(graph_module).__name__}")
+    # Not Dynamo's graph of this process: AOTAutograd would look for the sources of its
+    # inputs (``_dynamo_source``), which stay behind in the process that traced it.
+    graph_module.meta.pop("dynamo_compile_id", None)
+    graph_module.recompile()
+    return graph_module, mode
+
+
+def fake_static_inputs(mode: Any, args: Sequence[Any]) -> list[Any]:
+    """The tensors of ``args`` as static-size fakes of ``mode`` (as Dynamo hands a
+    backend its example inputs), other values as they are."""
+    return [
+        mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
+        for a in args
+    ]
+
+
+def tracing_under(mode: Any) -> contextlib.AbstractContextManager[Any]:
+    """The tracing context Dynamo opens around a backend call, for ``mode``."""
+    from torch._guards import TracingContext, tracing
+
+    return tracing(TracingContext(mode))
+
+
+def mark_module_state(model: torch.nn.Module) -> None:
+    """Marks the module's parameters and buffers as Dynamo does when it traces them
+    (:func:`is_module_state`), for a graph that Dynamo did not trace in this process."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if getattr(tensor, "_dynamo_static_input_type", None) is None:
+            torch._dynamo.mark_static_address(tensor, guard=False)
