@@ -3,9 +3,10 @@
 #   make demo    create .venv, install, compile the model zoo, write the report
 #   make corpus  create .venv, install, the corpus coverage, write reports/corpus_coverage.*
 #   make bench   create .venv, install, benchmark the zoo, the default corpus set and the
-#                real sizes (inference, training steps, generate(); with OpenVINO's backend
-#                as a peer, installed as the 'peers' extra), write benchmarks/results.*,
-#                benchmarks/corpus.*, benchmarks/realsize.*, training.* and generation.*
+#                real sizes (inference, training steps, generate(), a new process's first
+#                call; with OpenVINO's backend as a peer, installed as the 'peers' extra),
+#                write benchmarks/results.*, benchmarks/corpus.*, benchmarks/realsize.*,
+#                training.*, generation.* and first_call.*
 #   make bench-corpus  the whole corpus benchmark (long: inductor compiles every model)
 #   make conformance   create .venv, install, verify every registered ONNX translation
 #                against PyTorch's OpInfo samples in ONNX Runtime, write the package's

@@ -1,6 +1,6 @@
 """Command line: ``ortlab demo`` (``--corpus``: the corpus coverage), ``ortlab bench``
-(``--corpus``: the corpus benchmark; ``--real-size``: real-size inference, training steps
-and generation), ``ortlab report``, ``ortlab conformance``."""
+(``--corpus``: the corpus benchmark; ``--real-size``: real-size inference, training steps,
+generation and a new process's first call), ``ortlab report``, ``ortlab conformance``."""
 
 from __future__ import annotations
 
@@ -91,12 +91,12 @@ def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
-REAL_SIZE_PARTS = ("inference", "training", "generation")
+REAL_SIZE_PARTS = ("inference", "training", "generation", "first-call")
 """What ``ortlab bench --real-size`` runs, each written to its own file."""
 
 
 def _real_size(args: argparse.Namespace) -> int:
-    from ortlab.bench import _generation, _realsize, _training
+    from ortlab.bench import _first_call, _generation, _realsize, _training
 
     parts = _names(args.real_size) or list(REAL_SIZE_PARTS)
     unknown = [p for p in parts if p not in REAL_SIZE_PARTS]
@@ -113,6 +113,10 @@ def _real_size(args: argparse.Namespace) -> int:
                 models=_names(args.models),
                 backends=backends,
                 threads=args.threads,
+            )
+        elif part == "first-call":
+            markdown = _first_call.run_first_call(
+                args.out, fast=args.fast, threads=args.threads
             )
         else:
             markdown = _generation.run_generation(
@@ -270,8 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         const=",".join(REAL_SIZE_PARTS),
         metavar="PARTS",
         help="benchmark public checkpoints' sizes instead of the zoo: inference "
-        "(realsize.md/json), training steps (training.md/json) and generate() "
-        "(generation.md/json); without PARTS all three, or comma-separated parts",
+        "(realsize.md/json), training steps (training.md/json), generate() "
+        "(generation.md/json) and a new process's first call (first-call: "
+        "first_call.md/json); without PARTS all four, or comma-separated parts",
     )
     bench.set_defaults(func=_bench)
 

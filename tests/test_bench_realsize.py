@@ -164,3 +164,35 @@ def test_generation_markdown_says_what_to_compile():
 def test_cli_refuses_an_unknown_real_size_part(capsys):
     assert cli.main(["bench", "--real-size", "speed"]) == 2
     assert "unknown part" in capsys.readouterr().out
+
+
+def test_first_call_runs_new_processes_and_reads_the_capture_back(tmp_path):
+    from ortlab.bench import _first_call
+
+    markdown = _first_call.run_first_call(tmp_path, fast=True, rounds=1)
+    payload = json.loads((tmp_path / "first_call.json").read_text())
+    (steps,) = payload["rounds"]
+    assert [s["step"] for s in steps] == list(_first_call.STEPS)
+    assert all("error" not in s for s in steps), steps
+    assert [s["source"] for s in steps] == [None, None, "traced", "file"]
+    assert all(s["max_abs_diff"] < 1e-4 for s in steps)
+    assert "| read back |" in markdown and "Target: read back ≤ 0.30× cold:" in markdown
+    assert (tmp_path / "first_call.md").read_text() == markdown
+
+
+def test_first_call_table_shows_errors_and_an_unexpected_source():
+    from ortlab.bench import _first_call
+
+    rounds = [
+        [
+            {"step": "cold", "first_call_s": 10.0, "source": None, "max_abs_diff": 0.0},
+            {"step": "cached", "first_call_s": 5.0, "source": None, "max_abs_diff": 0.0},
+            {"step": "precompile", "error": "RuntimeError: boom"},
+            {"step": "read back", "first_call_s": 5.0, "source": "traced", "note": "n"},
+        ]
+    ]
+    markdown = _first_call.first_call_markdown(rounds, machine={}, fast=False)
+    assert "| cached | 5.00 | 0.50 |" in markdown
+    assert "error: RuntimeError: boom" in markdown
+    assert "5.00 (traced)" in markdown  # read back, but it traced again
+    assert "read back ≤ 0.30× cold: missed" in markdown and "- read back: n" in markdown

@@ -7,7 +7,9 @@ markdown and JSON). :func:`run_zoo` does it for the model zoo and writes
 :func:`run_corpus` for the public-architecture corpus (``corpus.*``, ``ortlab bench
 --corpus``, also in ``make bench``); :func:`run_realsize`, :func:`run_training` and
 :func:`run_generation` for public checkpoints' sizes (``realsize.*``, ``training.*``,
-``generation.*``: ``ortlab bench --real-size``, also in ``make bench``).
+``generation.*``: ``ortlab bench --real-size``, also in ``make bench``), and
+``_first_call.run_first_call`` for a new process's first call with the compile cache and
+:func:`ortlab.precompile` (``first_call.*``, part of ``--real-size``).
 
 Modules: ``_engine`` (the one timer, also used by the numerics sweep, the demo and
 ``%ortcompile --bench``), ``_backends`` (each backend as a call to time), ``_floor`` (the
@@ -18,8 +20,8 @@ its targets and report), ``_corpus`` (the corpus runner, its targets and report)
 compile, outputs, decode step, gradients, first call, latency) and ``_grads`` (a training
 step's gradients against eager and float64, and the rule that judges them), ``_realsize``
 (real-size inference with the floor and OpenVINO's backend as a peer), ``_training`` (a
-training step with the model's own loss and an optimizer) and ``_generation``
-(``generate()`` with a compiled forward).
+training step with the model's own loss and an optimizer), ``_generation``
+(``generate()`` with a compiled forward) and ``_first_call`` (fresh processes).
 """
 
 from __future__ import annotations
