@@ -1,10 +1,10 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-It is over 900 lines (about 1,650) on purpose: its one concern is fencing PyTorch's
+It is over 900 lines (about 1,870) on purpose: its one concern is fencing PyTorch's
 internals, and a PyTorch upgrade should break one module, read top to bottom next to its
 pinning tests, not several. Each function is a thin wrapper over one internal; splitting
 by caller would put the same internals behind two fences. Its sections (the backend's,
-the lab's, the conformance generator's, the rewrites') are marked below.
+the lab's, the conformance generator's, the rewrites', precompile's) are marked below.
 
 # NOTE: ortlab relies on internals of the PyTorch ONNX exporter, AOTAutograd, Dynamo and
 # FX that carry no stability promise. They are all imported here and nowhere else, so
@@ -46,7 +46,10 @@ the lab's, the conformance generator's, the rewrites') are marked below.
 #             multiprocessing.reductions.StorageWeakRef (inputs sharing memory)
 #   decomp    torch._decomp.decomposition_table (torch's own, for float64 calls);
 #             torch.nn._reduction.legacy_get_string (size_average / reduce)
-#   lab       torch.utils._pytree, torch._dynamo.config / reset (the section at the end)
+#   lab       torch.utils._pytree, torch._dynamo.config / reset (its own section)
+#   precompile torch._dynamo.aot_compile (the capture, its bytes, its guards and sources),
+#             torch.fx._graph_pickler.GraphPickler, torch._dynamo.mark_static_address
+#             (the section at the end)
 #
 # When an import or signature check of the direct translation fails,
 # ``DIRECT_TRANSLATION_ERROR`` says why and the exporter falls back to the public
