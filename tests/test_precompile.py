@@ -271,3 +271,30 @@ def test_the_lab_reads_a_precompiled_model(tmp_path):
         compiled(x)
     assert ortlab.backend_of(compiled) is compiled.ortlab_backend
     assert "Precompiled(Sequential, source='traced'" in repr(compiled)
+
+
+def _linear_relu(model, x):
+    return model(x).relu()
+
+
+def test_torchs_own_aot_compile_with_backend_ortlab_saves_and_reads_back(tmp_path):
+    # torch.compile(..., backend="ortlab", fullgraph=True).aot_compile(...), then torch's
+    # save and load: read back, the graph compiles with the options it was saved with.
+    model, x = _mlp(), torch.randn(4, 8)
+    options = {"ort_fusions": False, "min_partition_size": 2}
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(enable_aot_compile=True):
+        compiled = torch.compile(
+            _linear_relu, backend="ortlab", fullgraph=True, options=options
+        ).aot_compile(((model, x), {}))
+    torch.testing.assert_close(compiled(model, x), _linear_relu(model, x))
+    path = tmp_path / "torch.bin"
+    compiled.save_compiled_function(str(path))
+    with open(path, "rb") as f:
+        loaded = torch.compiler.load_compiled_function(f)
+    backend = ortlab.OrtBackend.get_cached_instance_for_options(options)
+    runs = backend.execution_count
+    out = loaded(model, x)
+    torch.testing.assert_close(out, _linear_relu(model, x))
+    out.sum().backward()  # grad mode: a training graph, its backward in ORT too
+    assert backend.execution_count >= runs + 2

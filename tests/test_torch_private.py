@@ -670,3 +670,23 @@ def test_a_capture_saves_and_loads_with_its_guards_and_the_backends_result():
         assert not _torch_private.aot_guards_pass(loaded, (model, other), {})
         assert "size" in _torch_private.aot_guard_failure(loaded, (model, other), {})
     assert _torch_private.aot_changed_sources(loaded) == []
+
+
+def test_the_capture_is_told_apart_from_a_plain_compile_and_backends_are_found_by_name():
+    seen = []
+
+    def backend(graph_module, example_inputs):
+        seen.append(_torch_private.under_aot_capture())
+        return graph_module.forward
+
+    x = torch.randn(2)
+    torch.compile(lambda t: t + 1, backend=backend)(x)
+    with torch.no_grad():
+        try:
+            _torch_private.aot_capture(_linear_relu, (torch.nn.Linear(2, 2), x), {}, backend)
+        except RuntimeError:  # a plain function is no SerializableCallable
+            pass
+    assert seen == [False, True] and not _torch_private.under_aot_capture()
+    from ortlab.backend._backend import torch_compile_backend
+
+    assert _torch_private.registered_backend("ortlab") is torch_compile_backend

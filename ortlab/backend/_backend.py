@@ -33,6 +33,7 @@ import torch.fx
 from ortlab import errors
 from ortlab.backend import (
     _cache,
+    _capture,
     _dump,
     _executor,
     _export,
@@ -212,6 +213,8 @@ class OrtBackend:
     ) -> Any:
         """Dynamo backend entry point: never raises because of ortlab (unless
         ``strict=True``); what could not be compiled runs eagerly, with its record."""
+        if _torch_private.under_aot_capture():  # a result that saves itself (see _capture)
+            return _capture.capture(self, graph_module, example_inputs, self._options)
         origin = _Origin(_torch_private.dynamo_graph_info(graph_module))
         return _lowering.lower(self, graph_module, example_inputs, origin)
 
@@ -681,13 +684,10 @@ class OrtBackend:
         )
 
 
-def _time_until_first_call(
-    forward: Callable[..., Any], record: records.GraphRecord
-) -> Callable[..., Any]:
+def _time_until_first_call(forward: Callable[..., Any], record: records.GraphRecord) -> Any:
     """``forward``, counting its runs (``record.run_count``) and timing on the first one
     how long Dynamo (and AOTAutograd's runtime wrappers) took after ortlab handed the
-    graph back (``record.timings["guards"]``). Costs one Python call per run.
-    """
+    graph back (``record.timings["guards"]``). Costs one Python call per run."""
     returned = time.perf_counter()
 
     def graph_call(*args: Any) -> Any:

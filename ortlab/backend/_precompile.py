@@ -10,7 +10,7 @@
 #                  the model passed as an argument (its weights stay out of the file);
 #                  ortlab compiles the graph as usual; the file keeps Dynamo's bytecode
 #                  and guards, the sources the trace read (their checksums) and Dynamo's
-#                  graph (code and fake values, see :class:`DynamoGraph`).
+#                  graph (code and fake values, see ``_capture``).
 #   next process   the file is read; the first call lowers and partitions Dynamo's graph
 #                  again, and each partition's ONNX model comes from the compile cache.
 #
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ortlab import errors
-from ortlab.backend import _backend, _cache, _options, _torch_private
+from ortlab.backend import _backend, _cache, _capture, _options, _torch_private
 
 FORMAT = 1
 """The file format; files of another format are traced again."""
@@ -51,78 +51,6 @@ _MAGIC = b"ortlab-precompiled\n"
 def _call_model(model: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """What is captured: the model is an argument, so its weights are inputs."""
     return model(*args, **kwargs)
-
-
-class DynamoGraph(_torch_private.serializable_callable_base()):  # type: ignore[misc]
-    """The backend's result under :func:`precompile`: ortlab's compiled graph, and the
-    Dynamo graph it was compiled from, which is what the file keeps. Read back from a
-    file it has only the latter, and compiles it at its first call with the backend it is
-    bound to (:meth:`bind`)."""
-
-    def __init__(
-        self, graph_bytes: bytes | None, compiled: Callable[..., Any] | None = None
-    ) -> None:
-        self.graph_bytes = graph_bytes
-        self.unsaved_reason: str | None = None
-        self._compiled = compiled
-        self._backend: _backend.OrtBackend | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def serialize_compile_artifacts(cls, fn: DynamoGraph) -> bytes:
-        if fn.graph_bytes is None:
-            raise errors.CompileError(f"Dynamo's graph cannot be saved: {fn.unsaved_reason}")
-        return fn.graph_bytes
-
-    @classmethod
-    def deserialize_compile_artifacts(cls, data: bytes) -> DynamoGraph:
-        return cls(bytes(data))
-
-    def bind(self, backend: _backend.OrtBackend) -> None:
-        """The backend that compiles the graph read back from a file."""
-        self._backend = backend
-
-    def __call__(self, *args: Any) -> Any:
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compile(args)
-        return compiled(*args)
-
-    def _compile(self, args: Sequence[Any]) -> Callable[..., Any]:
-        with self._lock:
-            if self._compiled is None:
-                if self.graph_bytes is None:
-                    raise errors.CompileError("a precompiled graph without its graph")
-                backend = self._backend or _backend.OrtBackend()
-                graph_module, mode = _torch_private.load_dynamo_graph(self.graph_bytes)
-                # The sizes are static (the capture's): fakes of this call's tensors are
-                # the example inputs Dynamo handed the backend when it traced.
-                fakes = _torch_private.fake_static_inputs(mode, args)
-                with _torch_private.tracing_under(mode):
-                    self._compiled = backend(graph_module, fakes)
-            return self._compiled
-
-
-class _Capture:
-    """The backend Dynamo calls while :func:`precompile` captures: ortlab's, its result
-    wrapped with Dynamo's graph as bytes (taken before ortlab lowers it)."""
-
-    def __init__(self, backend: _backend.OrtBackend) -> None:
-        self.backend = backend
-
-    def __call__(
-        self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]
-    ) -> Any:
-        graph_bytes, reason = None, None
-        try:
-            graph_bytes = _torch_private.dump_dynamo_graph(graph_module)
-        except Exception as e:  # saved only if it can be; it runs either way
-            reason = errors.describe(e)
-        with _torch_private.outside_aot_capture():
-            compiled = self.backend(graph_module, example_inputs)
-        result = DynamoGraph(graph_bytes, compiled)
-        result.unsaved_reason = reason
-        return result
 
 
 class Precompiled:
@@ -236,7 +164,7 @@ def _read(
         captured = _torch_private.aot_load(body, header.get("modules") or {})
     except Exception as e:
         raise _Unusable(f"it could not be read ({errors.describe(e)})") from e
-    if not isinstance(_torch_private.aot_backend_result(captured), DynamoGraph):
+    if not isinstance(_torch_private.aot_backend_result(captured), _capture.DynamoGraph):
         raise _Unusable("it was not saved by ortlab.precompile")
     changed = _torch_private.aot_changed_sources(captured)
     if changed:
@@ -377,9 +305,7 @@ def precompile(
                 model, backend, captured, source="file", path=store.where, note=None
             )
     try:
-        captured = _torch_private.aot_capture(
-            _call_model, (model, *args), kwargs, _Capture(backend)
-        )
+        captured = _torch_private.aot_capture(_call_model, (model, *args), kwargs, backend)
     except Exception as e:
         if resolved.strict:
             raise errors.CompileError(f"precompile: {errors.describe(e)}") from e

@@ -1653,6 +1653,9 @@ def trace_aten(fn: Callable[..., Any], args: Sequence[Any]) -> torch.fx.GraphMod
 #   torch._dynamo.package          _hash_sourcelines (an inlined source's checksum)
 #   torch.fx._graph_pickler        GraphPickler (a Dynamo graph without its weights)
 #   torch._dynamo.mark_static_address  (module state, as Dynamo marks it when tracing)
+#   torch._functorch.config        bypass_autograd_cache_key (set only during the capture's
+#                                  backend call), the bundled-cache flags it sets
+#   torch._dynamo.backends.registry.lookup_backend  (``backend="ortlab"`` by name)
 
 
 def serializable_callable_base() -> type:
@@ -1698,6 +1701,19 @@ def aot_capture(
         result = compiled.aot_compile((tuple(args), dict(kwargs)))  # type: ignore[attr-defined]
     result.disable_guard_check()
     return result
+
+
+def under_aot_capture() -> bool:
+    """Whether the backend is being called by torch's ahead-of-time capture (``aot_compile``
+    turns ``bypass_autograd_cache_key`` on around that call, and nothing else does)."""
+    return bool(torch._functorch.config.bypass_autograd_cache_key)
+
+
+def registered_backend(name: str) -> Callable[..., Any]:
+    """The ``torch.compile`` backend registered under ``name``."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    return lookup_backend(name)
 
 
 def outside_aot_capture() -> contextlib.AbstractContextManager[Any]:
