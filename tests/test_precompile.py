@@ -298,3 +298,143 @@ def test_torchs_own_aot_compile_with_backend_ortlab_saves_and_reads_back(tmp_pat
     torch.testing.assert_close(out, _linear_relu(model, x))
     out.sum().backward()  # grad mode: a training graph, its backward in ORT too
     assert backend.execution_count >= runs + 2
+
+
+_CHOICES = """
+import os
+import torch
+
+FLAG = os.environ.get("ORTLAB_TEST_FLAG") == "1"
+
+
+def act(y):
+    return y.relu()
+
+
+class Helper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def helper(self, y):
+        return y.relu()
+
+    def forward(self, x):
+        y = self.helper(self.linear(x))
+        return y * 2 if FLAG else y
+
+
+if os.environ.get("ORTLAB_TEST_VARIANT") == "2":
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x))
+else:
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+"""
+
+
+@pytest.fixture
+def choices(tmp_path, monkeypatch):
+    """A module whose behaviour changes with no source line changing: a module-level flag
+    read in ``forward``, a method patched on the class, a class defined twice under one
+    name (which one depends on the environment)."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "precompile_choices.py").write_text(_CHOICES)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delenv("ORTLAB_TEST_FLAG", raising=False)
+    monkeypatch.delenv("ORTLAB_TEST_VARIANT", raising=False)
+    yield importlib.import_module("precompile_choices")
+    sys.modules.pop("precompile_choices", None)
+
+
+@pytest.mark.parametrize("change", ["global flag", "patched method", "same-named class"])
+def test_a_capture_whose_code_or_globals_changed_without_a_source_change_is_not_used(
+    tmp_path, monkeypatch, choices, change
+):
+    # torch rebuilds guards on globals from the reading process's values and cannot save
+    # identities at all: each of these read back ran the old code (wrong numbers).
+    x, path = torch.randn(3, 4), tmp_path / "choices.bin"
+    build = choices.Net if change == "same-named class" else choices.Helper
+    first = _fresh(build(), (x,), path)
+    assert first.source == "traced"
+    if change == "global flag":
+        choices.FLAG = True
+    elif change == "patched method":
+        monkeypatch.setattr(choices.Helper, "helper", lambda self, y: y.tanh())
+    else:
+        monkeypatch.setenv("ORTLAB_TEST_VARIANT", "2")
+        importlib.reload(choices)
+        build = choices.Net
+    model = build()
+    again = _fresh(model, (x,), path)
+    assert again.source == "traced", again.note
+    assert "not what this process holds" in again.note
+    torch.testing.assert_close(again(x), model(x))
+
+
+def test_parameters_holding_grads_do_not_spoil_the_file(tmp_path):
+    model, x = _mlp(), torch.randn(4, 8)
+    model(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    path = tmp_path / "mlp.bin"
+    assert _fresh(model, (x,), path).source == "traced"
+    again = _fresh(model, (x,), path)
+    assert again.source == "file", again.note
+    for p, g in zip(model.parameters(), grads):  # put back as they were
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_train_and_eval_captures_are_entries_of_their_own(tmp_path):
+    # Dropout reads the training flag: with one key, each capture replaced the other.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
+    x = torch.randn(4, 8)
+    cache = str(tmp_path)
+    model.train()
+    _fresh(model, (x,), None, compile_cache=cache)
+    model.eval()
+    _fresh(model, (x,), None, compile_cache=cache)
+    model.train()
+    assert _fresh(model, (x,), None, compile_cache=cache).source == "file"
+
+
+def test_a_misfit_is_told_in_the_callers_terms(tmp_path):
+    model = _mlp()
+    with torch.no_grad():
+        compiled = _fresh(model, (torch.randn(4, 8),), tmp_path / "mlp.bin")
+        with pytest.warns(errors.FallbackWarning) as caught:
+            compiled(torch.randn(5, 8))
+    text = str(caught[0].message)
+    assert "argument 0" in text and "L['args']" not in text and "_call_model" not in text
+
+
+class _Config:
+    def __init__(self, act: str) -> None:
+        self.act = act
+
+    def to_json_string(self) -> str:
+        return json.dumps({"act": self.act})
+
+
+class _KeyValues:
+    def __init__(self, length: int) -> None:
+        self.keys = torch.zeros(1, 2, length, 4)
+
+
+def test_the_key_tells_apart_configs_and_objects_holding_tensors():
+    model, x = _mlp(), torch.randn(4, 8)
+    keys = set()
+    for act, length in [("gelu", 3), ("relu", 3), ("gelu", 4)]:
+        model.config = _Config(act)
+        keys.add(_precompile.cache_key(model, (x, _KeyValues(length)), {}))
+    assert len(keys) == 3

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import warnings
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 
 from ortlab import errors
-from ortlab.backend import _backend, _cache, _capture, _options, _torch_private
+from ortlab.backend import _backend, _cache, _capture, _identity, _options, _torch_private
 
 FORMAT = 1
 """The file format; files of another format are traced again."""
@@ -105,11 +106,12 @@ class Precompiled:
                     failed = _torch_private.aot_guard_failure(
                         self._captured, (self.model, *args), kwargs
                     )
-                    why = f"a call the precompiled graph does not fit ({failed})"
+                    why = f"a call the precompiled graph does not fit ({_readable(failed)})"
                     self.ortlab_backend.notes.append(f"precompile: {why}")
                     warnings.warn(
                         f"ortlab: {why}: it runs through ortlab.compile(model) "
-                        "instead, traced by Dynamo in this process.",
+                        "instead, traced by Dynamo in this process; so do later calls the "
+                        "capture does not fit, without another warning.",
                         errors.FallbackWarning,
                         stacklevel=3,
                     )
@@ -124,18 +126,84 @@ class Precompiled:
         return self.ortlab_backend._repr_html_()
 
 
+_WRAPPER_NAMES = (
+    (re.compile(r"L\['args'\]\[(\d+)\]"), r"argument \1"),
+    (re.compile(r"L\['kwargs'\]\[('[^']*')\]"), r"keyword argument \1"),
+    (re.compile(r"L\['kwargs'\]"), "the keyword arguments"),
+    (re.compile(r"L\['args'\]"), "the positional arguments"),
+    (re.compile(r"L\['model'\]"), "model"),
+)
+
+
+def _readable(failure: str) -> str:
+    """A failed guard in the user's terms: the call's arguments, not those of the wrapper
+    that is captured (``_call_model``), and without Dynamo's source comments."""
+    parts = []
+    for part in failure.split("; "):
+        text = part.split(" # ", 1)[0].strip()
+        for pattern, replacement in _WRAPPER_NAMES:
+            text = pattern.sub(replacement, text)
+        parts.append(text)
+    return "; ".join(parts)
+
+
 class _Unusable(Exception):
     """A saved capture that must not be used (the message says why)."""
 
 
-def _file_bytes(captured: Any) -> bytes:
+def _file_bytes(captured: Any, identities: Mapping[str, str]) -> bytes:
+    modules = {
+        **_identity.installed_modules(identities, _call_model),
+        **_torch_private.aot_installed_modules(captured, _call_model),
+    }
     header = {
         "format": FORMAT,
         "environment": _cache.environment_digest(),
         "python": sys.version,
-        "modules": _torch_private.aot_installed_modules(captured, _call_model),
+        "modules": modules,
+        "read": dict(identities),
     }
     return _MAGIC + json.dumps(header).encode() + b"\n" + _torch_private.aot_bytes(captured)
+
+
+def _model_code(model: Callable[..., Any]) -> list[tuple[str, Any]]:
+    """The model's code, as guard names: each class among its modules (its methods'
+    code), or the function. Dynamo guards a module's class by its name only, and the
+    sources it pins are lines of files: a class defined twice under one name, a method
+    patched onto the class, or a class from a notebook cell would pass both."""
+    if not isinstance(model, torch.nn.Module):
+        return [("model", model)]
+    found: dict[type, str] = {}
+    for path, module in model.named_modules():
+        found.setdefault(type(module), path)
+    return [
+        (f"type(model.get_submodule({path!r}))" if path else "type(model)", kind)
+        for kind, path in found.items()
+    ]
+
+
+def _identities(
+    read: Sequence[tuple[str, Any]],
+    model: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> dict[str, str]:
+    """Fingerprints of what the capture read that a new process must check itself (see
+    ``_identity``); a guard whose value Dynamo did not keep is evaluated here.
+
+    Raises:
+        ValueError: a name that cannot be evaluated (the capture is then not saved).
+    """
+    where = _identity.scope(_call_model, (model, *args), kwargs, {})
+    values = []
+    for name, value in [*read, *_model_code(model)]:
+        if value is _torch_private.NOT_READ:
+            try:
+                value = _identity.evaluate(name, where)
+            except Exception as e:
+                raise ValueError(f"what the trace read cannot be checked: {name}") from e
+        values.append((name, value))
+    return _identity.record(values)
 
 
 def _read(
@@ -172,29 +240,52 @@ def _read(
         raise _Unusable(f"code it traced has changed ({', '.join(changed[:3])}{more})")
     if not _torch_private.aot_guards_pass(captured, (model, *args), kwargs):
         failed = _torch_private.aot_guard_failure(captured, (model, *args), kwargs)
-        raise _Unusable(f"its guards refuse the example inputs ({failed})")
+        raise _Unusable(f"its guards refuse the example inputs ({_readable(failed)})")
+    modules = {**_torch_private.aot_import_aliases(captured), **(header.get("modules") or {})}
+    recorded = header.get("read")
+    if not isinstance(recorded, dict):
+        raise _Unusable("it was written by another version of ortlab")
+    differ = _identity.changed(
+        recorded, _identity.scope(_call_model, (model, *args), kwargs, modules)
+    )
+    if differ:
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise _Unusable(
+            "what the trace read is not what this process holds "
+            f"({', '.join(differ[:3])}{more})"
+        )
     return captured
 
 
-def _value_key(value: Any) -> str:
+def _value_key(value: Any, depth: int = 0) -> str:
     if isinstance(value, torch.Tensor):
         return (
             f"tensor {value.dtype} {tuple(value.shape)} {tuple(value.stride())} "
             f"{value.device.type} grad={value.requires_grad}"
         )
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return repr(value)
+    if depth > 4:
+        return type(value).__qualname__
     if isinstance(value, (list, tuple)):
-        return f"{type(value).__name__}[{', '.join(_value_key(v) for v in value)}]"
+        inner = ", ".join(_value_key(v, depth + 1) for v in value)
+        return f"{type(value).__name__}[{inner}]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_value_key(v)}" for k, v in value.items()) + "}"
+        inner = ", ".join(f"{k!r}: {_value_key(v, depth + 1)}" for k, v in value.items())
+        return "{" + inner + "}"
+    state = getattr(value, "__dict__", None)  # e.g. a key/value cache: its tensors' shapes
+    if isinstance(state, dict):
+        return f"{type(value).__qualname__}({_value_key(state, depth + 1)})"
     return f"{type(value).__qualname__} {value!r}"
 
 
 def cache_key(
     model: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> str:
-    """The compile-cache key of a capture: the environment, the model's class and its
-    state's names, shapes and dtypes, the inputs' types and shapes, and grad mode. (What
-    the key leaves out, the checks of :func:`_read` catch: then the entry is replaced.)"""
+    """The compile-cache key of a capture: the environment, the model's class, its state's
+    names, shapes and dtypes, its modules' training flags and its ``config`` (if it has
+    one), the inputs' types and shapes, and grad mode. (What the key leaves out, the
+    checks of :func:`_read` catch: the entry is then replaced.)"""
     kind = type(model)
     parts = [
         f"precompiled {FORMAT}",
@@ -207,6 +298,12 @@ def cache_key(
     ]
     if isinstance(model, torch.nn.Module):
         parts.extend(f"{name}: {_value_key(t)}" for name, t in model.state_dict().items())
+        parts.append(
+            "training=" + "".join("1" if m.training else "0" for m in model.modules())
+        )
+        config = getattr(model, "config", None)
+        to_json = getattr(config, "to_json_string", None)
+        parts.append(to_json() if callable(to_json) else repr(config))
     else:
         parts.append(getattr(model, "__qualname__", repr(kind)))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -305,7 +402,9 @@ def precompile(
                 model, backend, captured, source="file", path=store.where, note=None
             )
     try:
-        captured = _torch_private.aot_capture(_call_model, (model, *args), kwargs, backend)
+        captured, read = _torch_private.aot_capture(
+            _call_model, (model, *args), kwargs, backend
+        )
     except Exception as e:
         if resolved.strict:
             raise errors.CompileError(f"precompile: {errors.describe(e)}") from e
@@ -323,7 +422,7 @@ def precompile(
         note = "not saved: the compile cache is off and no path was given"
     else:
         try:
-            store.write(_file_bytes(captured))
+            store.write(_file_bytes(captured, _identities(read, model, args, kwargs)))
         except Exception as e:
             note = f"not saved: {errors.describe(e)}"
             where = None

@@ -1679,28 +1679,73 @@ def _savable_guards(entries: Sequence[Any]) -> list[bool]:
     ]
 
 
+NOT_READ = object()
+"""The value of a guard that Dynamo did not keep (:func:`aot_capture`'s record)."""
+
+
 def aot_capture(
     fn: Callable[..., Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     backend: Callable[..., Any],
-) -> Any:
+) -> tuple[Any, list[tuple[str, Any]]]:
     """``torch.compile(fn, backend=backend, fullgraph=True, dynamic=False).aot_compile(
     (args, kwargs))`` with the guards torch can save, Python floats traced as constants
-    (as :func:`compile_with_dynamo` does) and the guard check left to the caller: an
-    ``AOTCompiledFunction``. Raises what Dynamo raises (a graph break, a guard or value
-    it cannot save)."""
-    with torch._dynamo.config.patch(enable_aot_compile=True, specialize_float=True):
+    (as :func:`compile_with_dynamo` does) and the guard check left to the caller.
+
+    Returns:
+        The ``AOTCompiledFunction``, and the guards a new process cannot rely on (the
+        ones dropped, and those on globals, which a new process rebuilds from its own
+        values): each one's name (an expression over ``fn``'s locals and ``G``) and the
+        value it read (:data:`NOT_READ` when Dynamo did not keep it).
+
+    Raises what Dynamo raises (a graph break, a guard or value it cannot save).
+    """
+    read: list[tuple[str, Any]] = []
+
+    def keep(entries: Sequence[Any]) -> list[bool]:
+        kept = _savable_guards(entries)
+        for entry, savable in zip(entries, kept):
+            if not savable or entry.is_global:
+                read.append((entry.name, entry.value if entry.has_value else NOT_READ))
+        return kept
+
+    with (
+        torch._dynamo.config.patch(enable_aot_compile=True, specialize_float=True),
+        _grads_set_aside([*args, *kwargs.values()]),
+    ):
         compiled = torch.compile(  # type: ignore[call-overload]
             fn,
             backend=backend,
             fullgraph=True,
             dynamic=False,
-            options={"guard_filter_fn": _savable_guards},
+            options={"guard_filter_fn": keep},
         )
         result = compiled.aot_compile((tuple(args), dict(kwargs)))  # type: ignore[attr-defined]
     result.disable_guard_check()
-    return result
+    return result, list(dict(read).items())
+
+
+@contextlib.contextmanager
+def _grads_set_aside(values: Sequence[Any]) -> Iterator[None]:
+    """The ``.grad`` of the modules' parameters and of the tensors among ``values`` set
+    to ``None`` while a capture builds its guards, then put back: torch 2.13 saves a
+    tensor's guard state with a placeholder for its ``.grad`` that cannot be read back
+    ("assigned grad expected to be a Tensor or None but got grad of type _Missing")."""
+    tensors: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.nn.Module):
+            tensors.extend(value.parameters())
+        elif isinstance(value, torch.Tensor):
+            tensors.append(value)
+    grads = [(t, t.grad) for t in tensors if t.grad is not None]
+    for tensor, _ in grads:
+        tensor.grad = None
+    try:
+        yield
+    finally:
+        for tensor, grad in grads:
+            tensor.grad = grad
 
 
 def under_aot_capture() -> bool:
@@ -1762,6 +1807,11 @@ def aot_installed_modules(compiled: Any, fn: Callable[..., Any]) -> dict[str, st
                 raise TypeError(f"the capture reads a global it does not save: {name}")
             found[name] = value.__name__
     return found
+
+
+def aot_import_aliases(compiled: Any) -> dict[str, str]:
+    """The names under which the capture's bytecode reads modules, and the modules."""
+    return dict(compiled._artifacts.runtime_env.import_sources)
 
 
 def aot_load(data: bytes, modules: Mapping[str, str]) -> Any:
