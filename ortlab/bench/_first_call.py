@@ -116,11 +116,12 @@ def first_call_markdown(
             if "first_call_s" in cold:
                 step_ratios.append(row["first_call_s"] / cold["first_call_s"])
         ratios[step] = step_ratios
-        span = (
-            f"{min(step_ratios):.2f}–{max(step_ratios):.2f}"
-            if len(step_ratios) > 1
-            else (f"{step_ratios[0]:.2f}" if step_ratios else "n/a")
+        low, high = (
+            (f"{min(step_ratios):.2f}", f"{max(step_ratios):.2f}")
+            if step_ratios
+            else ("n/a",) * 2
         )
+        span = low if low == high else f"{low}–{high}"
         rows.append([step, *cells, span])
     lines += [_format.markdown_table(headers, rows), ""]
     worst = max(ratios.get("read back") or [float("nan")])
