@@ -311,7 +311,14 @@ def act(y):
     return y.relu()
 
 
-class Helper(torch.nn.Module):
+class Mixin:
+    def bump(self, y):
+        return y + 1
+
+
+class Helper(Mixin, torch.nn.Module):
+    scale = 1.0
+
     def __init__(self):
         super().__init__()
         self.linear = torch.nn.Linear(4, 4)
@@ -319,8 +326,8 @@ class Helper(torch.nn.Module):
     def helper(self, y):
         return y.relu()
 
-    def forward(self, x):
-        y = self.helper(self.linear(x))
+    def forward(self, x, k=1.0):
+        y = self.bump(self.helper(self.linear(x))) * self.scale * k
         return y * 2 if FLAG else y
 
 
@@ -358,25 +365,45 @@ def choices(tmp_path, monkeypatch):
     sys.modules.pop("precompile_choices", None)
 
 
-@pytest.mark.parametrize("change", ["global flag", "patched method", "same-named class"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "global flag",
+        "patched method",
+        "same-named class",
+        "class constant",
+        "method default",
+        "patched base",
+        "hook",
+    ],
+)
 def test_a_capture_whose_code_or_globals_changed_without_a_source_change_is_not_used(
     tmp_path, monkeypatch, choices, change
 ):
-    # torch rebuilds guards on globals from the reading process's values and cannot save
-    # identities at all: each of these read back ran the old code (wrong numbers).
+    # torch rebuilds guards on globals, and on what it reaches through a class or a
+    # function, from the reading process's values, and cannot save identities at all:
+    # each of these read back ran the old code (wrong numbers).
     x, path = torch.randn(3, 4), tmp_path / "choices.bin"
     build = choices.Net if change == "same-named class" else choices.Helper
     first = _fresh(build(), (x,), path)
     assert first.source == "traced"
     if change == "global flag":
-        choices.FLAG = True
+        monkeypatch.setattr(choices, "FLAG", True)
     elif change == "patched method":
         monkeypatch.setattr(choices.Helper, "helper", lambda self, y: y.tanh())
-    else:
+    elif change == "same-named class":
         monkeypatch.setenv("ORTLAB_TEST_VARIANT", "2")
         importlib.reload(choices)
         build = choices.Net
+    elif change == "class constant":
+        monkeypatch.setattr(choices.Helper, "scale", 3.0)
+    elif change == "method default":
+        monkeypatch.setattr(choices.Helper.forward, "__defaults__", (3.0,))
+    elif change == "patched base":
+        monkeypatch.setattr(choices.Mixin, "bump", lambda self, y: y - 1)
     model = build()
+    if change == "hook":
+        model.linear.register_forward_hook(lambda module, args, out: out * 2)
     again = _fresh(model, (x,), path)
     assert again.source == "traced", again.note
     assert "not what this process holds" in again.note
@@ -438,3 +465,30 @@ def test_the_key_tells_apart_configs_and_objects_holding_tensors():
         model.config = _Config(act)
         keys.add(_precompile.cache_key(model, (x, _KeyValues(length)), {}))
     assert len(keys) == 3
+
+
+_SET_LITERAL = """
+import json, sys
+from ortlab.backend import _identity
+
+def pick(name):
+    return name in {"alpha", "beta", "gamma", "delta", "epsilon"}
+
+print(json.dumps(_identity.record([("pick", pick)])))
+"""
+
+
+def test_fingerprints_do_not_follow_the_string_hash_seed():
+    # A set literal is a frozenset constant whose order follows PYTHONHASHSEED: a file
+    # saved under one seed was refused under another, at random.
+    seen = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run(
+            [sys.executable, "-c", _SET_LITERAL],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        seen.add(done.stdout.strip())
+    assert len(seen) == 1

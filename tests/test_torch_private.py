@@ -657,7 +657,8 @@ def test_a_capture_saves_and_loads_with_its_guards_and_the_backends_result():
 
     model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
     with torch.no_grad():
-        captured = _torch_private.aot_capture(_linear_relu, (model, x), {}, backend)
+        captured, read = _torch_private.aot_capture(_linear_relu, (model, x), {}, backend)
+        assert all(isinstance(name, str) for name, _ in read)
         assert "example_value" in next(iter(graphs[0].graph.nodes)).meta  # put back
         loaded = _torch_private.aot_load(
             _torch_private.aot_bytes(captured),

@@ -90,7 +90,8 @@ class _Fingerprints:
             return f"deep:{_name(type(value))}"
         if isinstance(value, (property, staticmethod, classmethod, functools.partial)):
             inner = [
-                getattr(value, a, None) for a in ("fget", "fset", "__func__", "func", "args")
+                getattr(value, a, None)
+                for a in ("fget", "fset", "__func__", "func", "args", "keywords")
             ]
             return f"{type(value).__name__}:{_digest(self.of(v, depth + 1) for v in inner)}"
         if isinstance(value, (tuple, list)):
@@ -126,13 +127,19 @@ class _Fingerprints:
         return _digest(parts)
 
     def _class(self, cls: type) -> str:
+        """The class's name and, for it and each of its bases, its methods' code (a
+        method patched onto a base is inherited without a guard of Dynamo's)."""
         known = self._classes.get(id(cls))
         if known is None:
-            parts = [_name(cls), *(_name(base) for base in cls.__mro__[1:])]
-            for key, member in sorted(vars(cls).items()):
-                inner = getattr(member, "__func__", getattr(member, "fget", member))
-                if isinstance(inner, types.FunctionType):
-                    parts.append(f"{key}={_code(inner.__code__)}")
+            parts = []
+            for owner in cls.__mro__:
+                parts.append(_name(owner))
+                if owner.__module__ == "builtins":
+                    continue
+                for key, member in sorted(vars(owner).items()):
+                    inner = getattr(member, "__func__", getattr(member, "fget", member))
+                    if isinstance(inner, types.FunctionType):
+                        parts.append(f"{key}={_code(inner.__code__)}")
             known = self._classes[id(cls)] = f"{_name(cls)}:{_digest(parts)}"
         return known
 
@@ -140,13 +147,13 @@ class _Fingerprints:
 def _code(code: types.CodeType) -> str:
     """A code object's instructions, constants (nested code too), names and signature.
     (Not ``marshal``'s bytes: they mark shared objects by reference count, which differs
-    from process to process.)"""
-    consts = [_code(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    from process to process; nor the constants' reprs: a ``frozenset``'s order follows
+    the string hash seed.)"""
     return _digest(
         [
             code.co_qualname,
             code.co_code.hex(),
-            repr(consts),
+            _digest(_constant(c) for c in code.co_consts),
             repr(code.co_names),
             repr(code.co_varnames),
             repr(code.co_freevars),
@@ -157,13 +164,29 @@ def _code(code: types.CodeType) -> str:
     )
 
 
+def _constant(value: Any) -> str:
+    if isinstance(value, types.CodeType):
+        return _code(value)
+    if isinstance(value, (frozenset, set)):
+        return f"{type(value).__name__}({sorted(_constant(v) for v in value)})"
+    if isinstance(value, tuple):
+        return f"({', '.join(_constant(v) for v in value)})"
+    return repr(value)
+
+
 class GuardGlobals(dict):  # type: ignore[type-arg]
     """The globals ``G`` that guard names read in a new process: the captured function's
     module, the modules Dynamo installed under names of its own (``__import_<module>``,
     with ``_dot_`` for dots), and builtins (``__builtins_dict___<n>``)."""
 
     def __init__(self, fn: Callable[..., Any], modules: Mapping[str, str]) -> None:
-        super().__init__(getattr(fn, "__globals__", {}))
+        # Modules by name, as a new process finds them, not the objects Dynamo installed
+        # in ``fn``'s globals when it traced (a module imported again since is another).
+        super().__init__(
+            (k, v)
+            for k, v in getattr(fn, "__globals__", {}).items()
+            if not k.startswith("__import_")
+        )
         for alias, module in modules.items():
             self[alias] = importlib.import_module(module)
 

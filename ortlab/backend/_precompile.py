@@ -167,19 +167,33 @@ def _file_bytes(captured: Any, identities: Mapping[str, str]) -> bytes:
 
 
 def _model_code(model: Callable[..., Any]) -> list[tuple[str, Any]]:
-    """The model's code, as guard names: each class among its modules (its methods'
-    code), or the function. Dynamo guards a module's class by its name only, and the
-    sources it pins are lines of files: a class defined twice under one name, a method
-    patched onto the class, or a class from a notebook cell would pass both."""
+    """The model's code, as guard names: each class among its modules (its and its
+    bases' methods' code) and the modules' hooks, or the function. Dynamo guards a
+    module's class by its name only, and the sources it pins are lines of files: a class
+    defined twice under one name, a method patched onto a base, or a class from a
+    notebook cell would pass both; and it does not guard a module's hooks."""
     if not isinstance(model, torch.nn.Module):
         return [("model", model)]
     found: dict[type, str] = {}
     for path, module in model.named_modules():
         found.setdefault(type(module), path)
     return [
-        (f"type(model.get_submodule({path!r}))" if path else "type(model)", kind)
-        for kind, path in found.items()
+        # Dynamo does not guard a module's own hooks (skip_nnmodule_hook_guards).
+        (_HOOKS, _identity.evaluate(_HOOKS, {"model": model})),
+        *[
+            (f"type(model.get_submodule({path!r}))" if path else "type(model)", kind)
+            for kind, path in found.items()
+        ],
     ]
+
+
+_HOOKS = (
+    "[(n, [*m._forward_pre_hooks.values()], [*m._forward_hooks.values()], "
+    "[*m._backward_pre_hooks.values()], [*m._backward_hooks.values()]) "
+    "for n, m in model.named_modules() if m._forward_pre_hooks or m._forward_hooks "
+    "or m._backward_pre_hooks or m._backward_hooks]"
+)
+"""The hooks of the model's modules, as a guard name (see :func:`_model_code`)."""
 
 
 def _identities(

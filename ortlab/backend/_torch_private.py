@@ -1679,6 +1679,14 @@ def _savable_guards(entries: Sequence[Any]) -> list[bool]:
     ]
 
 
+_BY_REFERENCE = re.compile(
+    r"\btype\(|__class__|__dict__|__mro__|__closure__|__defaults__|__kwdefaults__|"
+    r"__func__|__code__|\.keywords\b|\.func\b"
+)
+"""Guard names that read through a class or a function: torch saves those by reference,
+so that a new process rebuilds such a guard from its own class (a class constant, a
+method's default, a decorator's closure) and it always passes, as a global's does."""
+
 NOT_READ = object()
 """The value of a guard that Dynamo did not keep (:func:`aot_capture`'s record)."""
 
@@ -1706,7 +1714,7 @@ def aot_capture(
     def keep(entries: Sequence[Any]) -> list[bool]:
         kept = _savable_guards(entries)
         for entry, savable in zip(entries, kept):
-            if not savable or entry.is_global:
+            if not savable or entry.is_global or _BY_REFERENCE.search(entry.name):
                 read.append((entry.name, entry.value if entry.has_value else NOT_READ))
         return kept
 
