@@ -305,6 +305,7 @@ import os
 import torch
 
 FLAG = os.environ.get("ORTLAB_TEST_FLAG") == "1"
+DTYPE = torch.float32
 
 
 def act(y):
@@ -328,6 +329,9 @@ class Helper(Mixin, torch.nn.Module):
 
     def forward(self, x, k=1.0):
         y = self.bump(self.helper(self.linear(x))) * self.scale * k
+        if os.environ.get("ORTLAB_TEST_ENV") == "1":
+            y = y * 5
+        y = (y * 10).to(DTYPE).float()
         return y * 2 if FLAG else y
 
 
@@ -361,6 +365,9 @@ def choices(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delenv("ORTLAB_TEST_FLAG", raising=False)
     monkeypatch.delenv("ORTLAB_TEST_VARIANT", raising=False)
+    # Set in both "processes": Dynamo itself does not guard a variable's absence (a
+    # torch.compile-d function keeps its branch when the variable is set later).
+    monkeypatch.setenv("ORTLAB_TEST_ENV", "0")
     yield importlib.import_module("precompile_choices")
     sys.modules.pop("precompile_choices", None)
 
@@ -375,6 +382,8 @@ def choices(tmp_path, monkeypatch):
         "method default",
         "patched base",
         "hook",
+        "environment variable",
+        "dtype global",
     ],
 )
 def test_a_capture_whose_code_or_globals_changed_without_a_source_change_is_not_used(
@@ -401,6 +410,10 @@ def test_a_capture_whose_code_or_globals_changed_without_a_source_change_is_not_
         monkeypatch.setattr(choices.Helper.forward, "__defaults__", (3.0,))
     elif change == "patched base":
         monkeypatch.setattr(choices.Mixin, "bump", lambda self, y: y - 1)
+    elif change == "environment variable":
+        monkeypatch.setenv("ORTLAB_TEST_ENV", "1")
+    elif change == "dtype global":  # a dtype's fingerprint once was its type's only
+        monkeypatch.setattr(choices, "DTYPE", torch.int32)
     model = build()
     if change == "hook":
         model.linear.register_forward_hook(lambda module, args, out: out * 2)
@@ -408,6 +421,15 @@ def test_a_capture_whose_code_or_globals_changed_without_a_source_change_is_not_
     assert again.source == "traced", again.note
     assert "not what this process holds" in again.note
     torch.testing.assert_close(again(x), model(x))
+
+
+def test_an_unrelated_change_of_the_environment_keeps_the_file(tmp_path, monkeypatch, choices):
+    # The trace reads one variable of os.environ: another variable, set or not, is
+    # another shell's, not a reason to trace again.
+    x, path = torch.randn(3, 4), tmp_path / "choices.bin"
+    _fresh(choices.Helper(), (x,), path)
+    monkeypatch.setenv("ORTLAB_TEST_UNRELATED", "1")
+    assert _fresh(choices.Helper(), (x,), path).source == "file"
 
 
 def test_parameters_holding_grads_do_not_spoil_the_file(tmp_path):
@@ -474,7 +496,7 @@ from ortlab.backend import _identity
 def pick(name):
     return name in {"alpha", "beta", "gamma", "delta", "epsilon"}
 
-print(json.dumps(_identity.record([("pick", pick)])))
+print(json.dumps(_identity.record([("pick", "VALUE", "", pick)])))
 """
 
 

@@ -658,10 +658,13 @@ def test_a_capture_saves_and_loads_with_its_guards_and_the_backends_result():
     model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
     with torch.no_grad():
         captured, read = _torch_private.aot_capture(_linear_relu, (model, x), {}, backend)
-        assert all(isinstance(name, str) for name, _ in read)
+        assert all(
+            isinstance(name, str) and isinstance(kind, str) for name, kind, _, _ in read
+        )
         assert "example_value" in next(iter(graphs[0].graph.nodes)).meta  # put back
         loaded = _torch_private.aot_load(
             _torch_private.aot_bytes(captured),
+            _linear_relu,
             _torch_private.aot_installed_modules(captured, _linear_relu),
         )
         assert isinstance(_torch_private.aot_backend_result(loaded), _SavedGraph)

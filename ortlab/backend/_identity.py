@@ -21,6 +21,7 @@ a new process can check.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import hashlib
@@ -107,7 +108,10 @@ class _Fingerprints:
         kind = self.of(type(value), depth + 1)
         if isinstance(state, dict):
             return f"object:{kind}:{self.of(state, depth + 1)}"
-        return f"object:{kind}"
+        # A value of a C type (a dtype, a device, finfo, a NumPy scalar): its repr names
+        # it, unless the repr is only its address.
+        text = repr(value)
+        return f"object:{kind}:{'' if ' at 0x' in text else text}"
 
     def _items(self, items: Iterable[Any], depth: int) -> str:
         return _digest(self.of(v, depth + 1) for _, v in zip(range(_MAX_ITEMS), items))
@@ -231,22 +235,52 @@ def evaluate(name: str, where: Mapping[str, Any]) -> Any:
     return eval(name, {"__builtins__": builtins}, dict(where))
 
 
-def record(read: Sequence[tuple[str, Any]]) -> dict[str, str]:
-    """Name to fingerprint, for the values a capture read (``aot_capture``'s record)."""
+def _checked(kind: str, detail: Mapping[str, Any], value: Any) -> Any:
+    """The part of ``value`` a guard of this kind checks (a guard on a mapping's key
+    checks that key, not the whole mapping: ``os.environ`` differs from shell to shell)."""
+    if kind == "TYPE_MATCH":
+        return type(value)
+    if kind in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and "key" in detail:
+        return ("contains", detail["key"] in value)
+    if kind == "NOT_PRESENT_IN_GENERIC_DICT" and "attr" in detail:
+        return ("present", detail["attr"] in getattr(value, "__dict__", {}))
+    if kind == "HASATTR" and "attr" in detail:
+        return ("hasattr", hasattr(value, detail["attr"]))
+    if kind == "SEQUENCE_LENGTH":
+        return ("length", len(value))
+    if kind in ("DICT_KEYS_MATCH", "DICT_VERSION"):
+        return ("keys", list(value))
+    return value
+
+
+def record(read: Sequence[tuple[str, str, str, Any]]) -> list[list[str]]:
+    """``[name, kind, detail, fingerprint]`` for each value a capture read (its guard's
+    name, kind and detail, see ``_torch_private.aot_capture``)."""
     prints = _Fingerprints()
-    return {name: prints.of(value) for name, value in read}
+    return [
+        [
+            name,
+            kind,
+            detail,
+            prints.of(_checked(kind, ast.literal_eval(detail or "{}"), value)),
+        ]
+        for name, kind, detail, value in read
+    ]
 
 
-def changed(recorded: Mapping[str, str], where: Mapping[str, Any]) -> list[str]:
-    """The recorded names whose value here differs from the capture's (or that cannot be
-    evaluated here), in their order."""
+def changed(recorded: Sequence[Sequence[str]], where: Mapping[str, Any]) -> list[str]:
+    """The recorded names whose checked value here differs from the capture's (or that
+    cannot be evaluated here), in their order."""
     prints = _Fingerprints()
     found = []
-    for name, expected in recorded.items():
+    for entry in recorded:
         try:
-            now = prints.of(evaluate(name, where))
+            name, kind, detail, expected = entry
+            now = prints.of(
+                _checked(kind, ast.literal_eval(detail or "{}"), evaluate(name, where))
+            )
         except Exception:
-            now = None
-        if now != expected:
+            name, now, expected = str(entry[0]) if entry else "?", None, ""
+        if now != expected and name not in found:
             found.append(name)
     return found

@@ -151,9 +151,9 @@ class _Unusable(Exception):
     """A saved capture that must not be used (the message says why)."""
 
 
-def _file_bytes(captured: Any, identities: Mapping[str, str]) -> bytes:
+def _file_bytes(captured: Any, identities: Sequence[Sequence[str]]) -> bytes:
     modules = {
-        **_identity.installed_modules(identities, _call_model),
+        **_identity.installed_modules([name for name, *_ in identities], _call_model),
         **_torch_private.aot_installed_modules(captured, _call_model),
     }
     header = {
@@ -161,28 +161,28 @@ def _file_bytes(captured: Any, identities: Mapping[str, str]) -> bytes:
         "environment": _cache.environment_digest(),
         "python": sys.version,
         "modules": modules,
-        "read": dict(identities),
+        "read": [list(entry) for entry in identities],
     }
     return _MAGIC + json.dumps(header).encode() + b"\n" + _torch_private.aot_bytes(captured)
 
 
-def _model_code(model: Callable[..., Any]) -> list[tuple[str, Any]]:
+def _model_code(model: Callable[..., Any]) -> list[tuple[str, str, str, Any]]:
     """The model's code, as guard names: each class among its modules (its and its
     bases' methods' code) and the modules' hooks, or the function. Dynamo guards a
     module's class by its name only, and the sources it pins are lines of files: a class
     defined twice under one name, a method patched onto a base, or a class from a
     notebook cell would pass both; and it does not guard a module's hooks."""
     if not isinstance(model, torch.nn.Module):
-        return [("model", model)]
+        return [("model", "VALUE", "", model)]
     found: dict[type, str] = {}
     for path, module in model.named_modules():
         found.setdefault(type(module), path)
     return [
         # Dynamo does not guard a module's own hooks (skip_nnmodule_hook_guards).
-        (_HOOKS, _identity.evaluate(_HOOKS, {"model": model})),
+        (_HOOKS, "VALUE", "", _identity.evaluate(_HOOKS, {"model": model})),
         *[
-            (f"type(model.get_submodule({path!r}))" if path else "type(model)", kind)
-            for kind, path in found.items()
+            (f"type(model.get_submodule({path!r}))" if path else "type(model)", "VALUE", "", c)
+            for c, path in found.items()
         ],
     ]
 
@@ -197,11 +197,11 @@ _HOOKS = (
 
 
 def _identities(
-    read: Sequence[tuple[str, Any]],
+    read: Sequence[tuple[str, str, str, Any]],
     model: Callable[..., Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-) -> dict[str, str]:
+) -> list[list[str]]:
     """Fingerprints of what the capture read that a new process must check itself (see
     ``_identity``); a guard whose value Dynamo did not keep is evaluated here.
 
@@ -210,13 +210,13 @@ def _identities(
     """
     where = _identity.scope(_call_model, (model, *args), kwargs, {})
     values = []
-    for name, value in [*read, *_model_code(model)]:
+    for name, kind, detail, value in [*read, *_model_code(model)]:
         if value is _torch_private.NOT_READ:
             try:
                 value = _identity.evaluate(name, where)
             except Exception as e:
                 raise ValueError(f"what the trace read cannot be checked: {name}") from e
-        values.append((name, value))
+        values.append((name, kind, detail, value))
     return _identity.record(values)
 
 
@@ -243,7 +243,7 @@ def _read(
             "ortlab, or on another machine"
         )
     try:
-        captured = _torch_private.aot_load(body, header.get("modules") or {})
+        captured = _torch_private.aot_load(body, _call_model, header.get("modules") or {})
     except Exception as e:
         raise _Unusable(f"it could not be read ({errors.describe(e)})") from e
     if not isinstance(_torch_private.aot_backend_result(captured), _capture.DynamoGraph):
@@ -257,7 +257,7 @@ def _read(
         raise _Unusable(f"its guards refuse the example inputs ({_readable(failed)})")
     modules = {**_torch_private.aot_import_aliases(captured), **(header.get("modules") or {})}
     recorded = header.get("read")
-    if not isinstance(recorded, dict):
+    if not isinstance(recorded, list):
         raise _Unusable("it was written by another version of ortlab")
     differ = _identity.changed(
         recorded, _identity.scope(_call_model, (model, *args), kwargs, modules)

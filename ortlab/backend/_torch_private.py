@@ -1696,7 +1696,7 @@ def aot_capture(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     backend: Callable[..., Any],
-) -> tuple[Any, list[tuple[str, Any]]]:
+) -> tuple[Any, list[tuple[str, str, str, Any]]]:
     """``torch.compile(fn, backend=backend, fullgraph=True, dynamic=False).aot_compile(
     (args, kwargs))`` with the guards torch can save, Python floats traced as constants
     (as :func:`compile_with_dynamo` does) and the guard check left to the caller.
@@ -1704,18 +1704,20 @@ def aot_capture(
     Returns:
         The ``AOTCompiledFunction``, and the guards a new process cannot rely on (the
         ones dropped, and those on globals, which a new process rebuilds from its own
-        values): each one's name (an expression over ``fn``'s locals and ``G``) and the
-        value it read (:data:`NOT_READ` when Dynamo did not keep it).
+        values): each one's name (an expression over ``fn``'s locals and ``G``), kind,
+        detail (:func:`_guard_detail`) and the value it read (:data:`NOT_READ` when
+        Dynamo did not keep it).
 
     Raises what Dynamo raises (a graph break, a guard or value it cannot save).
     """
-    read: list[tuple[str, Any]] = []
+    read: dict[tuple[str, str, str], Any] = {}
 
     def keep(entries: Sequence[Any]) -> list[bool]:
         kept = _savable_guards(entries)
         for entry, savable in zip(entries, kept):
             if not savable or entry.is_global or _BY_REFERENCE.search(entry.name):
-                read.append((entry.name, entry.value if entry.has_value else NOT_READ))
+                value = entry.value if entry.has_value else NOT_READ
+                read[(entry.name, entry.guard_type, _guard_detail(entry))] = value
         return kept
 
     with (
@@ -1731,7 +1733,14 @@ def aot_capture(
         )
         result = compiled.aot_compile((tuple(args), dict(kwargs)))  # type: ignore[attr-defined]
     result.disable_guard_check()
-    return result, list(dict(read).items())
+    return result, [(*key, value) for key, value in read.items()]
+
+
+def _guard_detail(entry: Any) -> str:
+    """What a guard checks beyond its value's name: the key of ``DICT_CONTAINS``, the
+    attribute of ``HASATTR`` (the arguments Dynamo bound to its builder), as a repr."""
+    keywords = getattr(getattr(entry.orig_guard, "create_fn", None), "keywords", None) or {}
+    return repr({k: v for k, v in keywords.items() if k in ("key", "attr", "invert")})
 
 
 @contextlib.contextmanager
@@ -1822,15 +1831,17 @@ def aot_import_aliases(compiled: Any) -> dict[str, str]:
     return dict(compiled._artifacts.runtime_env.import_sources)
 
 
-def aot_load(data: bytes, modules: Mapping[str, str]) -> Any:
-    """An ``AOTCompiledFunction`` from :func:`aot_bytes`, with the modules of
+def aot_load(data: bytes, fn: Callable[..., Any], modules: Mapping[str, str]) -> Any:
+    """An ``AOTCompiledFunction`` from :func:`aot_bytes` of a capture of ``fn``: with
+    ``fn``'s globals (the bytecode may read them, e.g. ``torch``) and the modules of
     :func:`aot_installed_modules` imported again; its guard check left to the caller.
     Raises when the bytes are damaged or were saved by another Python or torch."""
     import importlib
     import io
 
     f_globals: dict[str, object] = {
-        name: importlib.import_module(module) for name, module in modules.items()
+        **getattr(fn, "__globals__", {}),
+        **{name: importlib.import_module(module) for name, module in modules.items()},
     }
     result: Any = torch.compiler.load_compiled_function(io.BytesIO(data), f_globals=f_globals)
     result.disable_guard_check()
