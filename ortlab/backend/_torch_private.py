@@ -1,6 +1,6 @@
 """Every private PyTorch API ortlab uses, in one place.
 
-It is over 900 lines (about 1,870) on purpose: its one concern is fencing PyTorch's
+It is over 900 lines (about 1,950) on purpose: its one concern is fencing PyTorch's
 internals, and a PyTorch upgrade should break one module, read top to bottom next to its
 pinning tests, not several. Each function is a thin wrapper over one internal; splitting
 by caller would put the same internals behind two fences. Its sections (the backend's,
