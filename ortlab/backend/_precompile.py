@@ -14,13 +14,16 @@
 #   next process   the file is read; the first call lowers and partitions Dynamo's graph
 #                  again, and each partition's ONNX model comes from the compile cache.
 #
-# The guards torch cannot save are object identities (the functions, classes and
-# closures the trace read): a new process cannot check those. In their place the file is
-# not used when a source it read has changed, when it was saved by other versions or on
-# another machine (``_cache.environment_digest``), or when its guards fail on the example
-# inputs: the model is traced again and the file replaced. A later call whose inputs the
-# guards refuse (another shape, dtype, grad mode) runs through ``ortlab.compile(model)``,
-# with a warning. The file is a pickle: load only files you trust.
+# torch drops the guards on object identities (the functions, classes and closures the
+# trace read), and rebuilds those on globals and on what it read through a class or a
+# function from the new process's values: the file keeps fingerprints of those values
+# and of the model's classes and hooks (``_identity``). It is not used when a source it
+# read has changed, when it was saved by other versions or on another machine
+# (``_cache.environment_digest``), when its guards fail on the example inputs or when a
+# fingerprint differs: the model is traced again and the file replaced. A later call
+# whose inputs the guards refuse (another shape, dtype, grad mode) runs through
+# ``ortlab.compile(model)``, with a warning. The file is a pickle: load only files you
+# trust.
 """
 
 from __future__ import annotations
