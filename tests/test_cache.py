@@ -216,3 +216,13 @@ def test_a_float64_model_from_the_cache_keeps_float64_scales(tmp_path):
 class _Scaled(torch.nn.Module):
     def forward(self, a, b):
         return (a @ b) / 3
+
+
+def test_a_file_entry_is_read_back_only_as_the_file_it_was_stored_as(tmp_path):
+    cache = _cache.CompileCache(str(tmp_path))
+    cache.store_file("c" * 64, "capture.bin", b"saved")
+    assert cache.load_file("c" * 64, "capture.bin") == b"saved"
+    decisions = _cache.Decisions(False, {}, None, 1, None, None, {}, "direct", ())
+    cache.store("d" * 64, b"model", decisions)  # a partition's entry, not a file's
+    assert cache.load_file("d" * 64, "model.onnx") is None
+    assert cache.load("d" * 64) is None  # deleted as not what was asked for

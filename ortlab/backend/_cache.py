@@ -122,16 +122,14 @@ class CompileCache:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, key[:2], key)
 
-    def load(self, key: str) -> Hit | None:
-        """The entry under ``key``, or ``None`` (missing, or corrupt: then deleted)."""
-        import onnx
-
-        start = time.perf_counter()
+    def _read(self, key: str, name: str) -> tuple[dict[str, Any], bytes] | None:
+        """The meta and the bytes of file ``name`` of the entry under ``key``, when its
+        checksum matches; ``None`` when missing, or corrupt (then deleted)."""
         path = self._path(key)
         try:
             with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
                 meta = json.load(f)
-            with open(os.path.join(path, "model.onnx"), "rb") as f:
+            with open(os.path.join(path, name), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             # No entry; or half of one (a process stopped while it evicted): deleted, or
@@ -149,6 +147,21 @@ class CompileCache:
         ):
             self.discard(key)
             return None
+        return meta, data
+
+    def _used(self, key: str) -> None:
+        with contextlib.suppress(OSError):  # a cache this process may read, not write
+            os.utime(self._path(key))  # used: evicted last
+
+    def load(self, key: str) -> Hit | None:
+        """The entry under ``key``, or ``None`` (missing, or corrupt: then deleted)."""
+        import onnx
+
+        start = time.perf_counter()
+        found = self._read(key, "model.onnx")
+        if found is None:
+            return None
+        meta, data = found
         try:
             model = onnx.load_from_string(data)
             decisions = Decisions(
@@ -160,8 +173,7 @@ class CompileCache:
         except Exception:
             self.discard(key)
             return None
-        with contextlib.suppress(OSError):  # a cache this process may read, not write
-            os.utime(path)  # used: evicted last
+        self._used(key)
         return Hit(model, decisions, key, time.perf_counter() - start)
 
     def store(self, key: str, model_bytes: bytes, decisions: Decisions) -> None:
@@ -177,30 +189,14 @@ class CompileCache:
     def load_file(self, key: str, name: str) -> bytes | None:
         """The bytes kept under ``key`` by :meth:`store_file`, or ``None`` (missing, or
         corrupt: then deleted)."""
-        path = self._path(key)
-        try:
-            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-                meta = json.load(f)
-            with open(os.path.join(path, name), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            if os.path.isdir(path):
-                self.discard(key)
+        found = self._read(key, name)
+        if found is None:
             return None
-        except (OSError, ValueError):
+        if found[0].get("file") != name:
             self.discard(key)
             return None
-        if (
-            not isinstance(meta, dict)
-            or meta.get("format") != FORMAT
-            or meta.get("file") != name
-            or meta.get("sha256") != hashlib.sha256(data).hexdigest()
-        ):
-            self.discard(key)
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)
-        return data
+        self._used(key)
+        return found[1]
 
     def store_file(self, key: str, name: str, data: bytes) -> None:
         """Keeps ``data`` as an entry of its own (atomically, evicted like the others;
